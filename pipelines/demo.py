@@ -1,0 +1,57 @@
+"""Demo data: a few thousand duties over many timezones, every frequency, kind and state."""
+
+import random
+import uuid
+from datetime import date, timedelta
+
+from sqlalchemy import Engine, func, insert, select
+
+from pipelines.schema import FREQUENCIES, duty
+
+DEMO_ZONES = [
+    "UTC", "Europe/London", "Europe/Berlin", "Europe/Helsinki", "Africa/Lagos", "Africa/Nairobi",
+    "Asia/Dubai", "Asia/Kolkata", "Asia/Kathmandu", "Asia/Shanghai", "Asia/Tokyo",
+    "Australia/Adelaide", "Australia/Lord_Howe", "Australia/Sydney", "Pacific/Auckland",
+    "Pacific/Chatham", "Pacific/Kiritimati", "Pacific/Tongatapu", "Pacific/Pago_Pago",
+    "Pacific/Honolulu", "Pacific/Marquesas", "America/Anchorage", "America/Los_Angeles",
+    "America/Denver", "America/Chicago", "America/New_York", "America/Caracas",
+    "America/St_Johns", "America/Sao_Paulo", "America/Santiago", "Atlantic/Azores",
+]
+TITLES = ["Water the plants", "Check the fire extinguishers", "Send the invoices",
+          "Back up the laptops", "Review the rota", "Pay the rent", "Renew the certificates",
+          "Clean the fridge", "Test the alarms", "File the VAT return"]
+WORKSPACES = [uuid.UUID(int=n) for n in range(1, 6)]
+
+
+def demo_duties(count: int = 3000, seed: int = 2026, today: date | None = None) -> list[dict]:
+    rng = random.Random(seed)
+    today = today or date.today()
+    rows = []
+    for n in range(count):
+        standing = rng.random() < 0.05
+        effective_from = today - timedelta(days=rng.randint(0, 800)) if rng.random() < 0.3 else None
+        effective_to = today + timedelta(days=rng.randint(-200, 400)) if rng.random() < 0.15 else None
+        if effective_from and effective_to and effective_to < effective_from:
+            effective_to = effective_from + timedelta(days=rng.randint(0, 90))
+        rows.append({
+            "workspace_id": rng.choice(WORKSPACES),
+            "title": f"{rng.choice(TITLES)} #{n + 1}",
+            "kind": "standing" if standing else "recurring",
+            "frequency": None if standing else rng.choice(FREQUENCIES),
+            "timezone": rng.choice(DEMO_ZONES),
+            "lead_days": rng.choice([0, 0, 0, 1, 3, 7, 14, 30]),
+            "effective_from": effective_from,
+            "effective_to": effective_to,
+            "state": rng.choices(["active", "paused", "archived"], weights=[90, 7, 3])[0],
+        })
+    return rows
+
+
+def load_demo(engine: Engine) -> int:
+    """Load the demo duties into an empty duty table; returns how many were loaded."""
+    with engine.begin() as conn:
+        if conn.execute(select(func.count()).select_from(duty)).scalar_one():
+            return 0
+        rows = demo_duties()
+        conn.execute(insert(duty), rows)
+        return len(rows)

@@ -1,0 +1,220 @@
+"""The dispatch writer: reads duties in keyset pages, plans each page, writes the tasks.
+
+Every write is one set-based statement per page (`INSERT … SELECT FROM unnest(…) ON
+CONFLICT ON CONSTRAINT task_dispatch_identity DO NOTHING RETURNING`). Rows that already
+exist are filtered out inside the statement, so a run that changes nothing writes
+nothing, not even a consumed identity value; `ON CONFLICT` stays the guard against a
+racing writer. The dispatcher never updates or deletes a task.
+"""
+
+import logging
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable, TypeVar
+
+from psycopg import errors as pg_errors
+from sqlalchemy import ARRAY, BigInteger, Date, Engine, Text, bindparam, text
+from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy.exc import DBAPIError
+
+from pipelines.periods import Period
+from pipelines.planner import DutyRow, Mode, Plan, TaskRow, plan
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PAGE_SIZE = 10_000
+DEADLOCK_RETRIES = 8
+
+_READ_PAGE = text(
+    """
+    SELECT id, workspace_id, kind, frequency, timezone, lead_days,
+           effective_from, effective_to, state
+    FROM duty
+    WHERE frequency = :frequency AND kind = 'recurring' AND state = 'active' AND id > :after
+    ORDER BY id
+    LIMIT :page_size
+    """
+)
+
+# `last_dispatched_period` moves in the same statement as the tasks that move it, and
+# only forward: keys of one frequency sort chronologically, and a duty whose newest task
+# did not change is not written at all.
+_WRITE_PAGE = text(
+    """
+    WITH offered AS (
+        SELECT *
+        FROM unnest(:duty_ids, :period_keys, :workspace_ids, :period_starts, :due_dates,
+                    :visible_froms)
+             AS o(duty_id, period_key, workspace_id, period_start, due_date, visible_from)
+    ),
+    inserted AS (
+        INSERT INTO task (duty_id, period_key, workspace_id, period_start, due_date, visible_from)
+        SELECT o.duty_id, o.period_key, o.workspace_id, o.period_start, o.due_date, o.visible_from
+        FROM offered o
+        WHERE NOT EXISTS (
+            SELECT 1 FROM task t WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key
+        )
+        ORDER BY o.duty_id, o.period_key
+        ON CONFLICT ON CONSTRAINT task_dispatch_identity DO NOTHING
+        RETURNING duty_id, period_key
+    ),
+    newest AS (
+        SELECT duty_id, max(period_key) AS period_key FROM inserted GROUP BY duty_id
+    ),
+    advanced AS (
+        UPDATE duty d
+        SET last_dispatched_period = n.period_key
+        FROM newest n
+        WHERE d.id = n.duty_id
+          AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < n.period_key)
+        RETURNING d.id
+    )
+    SELECT duty_id FROM inserted
+    """
+).bindparams(
+    bindparam("duty_ids", type_=ARRAY(BigInteger)),
+    bindparam("period_keys", type_=ARRAY(Text)),
+    bindparam("workspace_ids", type_=ARRAY(UUID(as_uuid=True))),
+    bindparam("period_starts", type_=ARRAY(Date)),
+    bindparam("due_dates", type_=ARRAY(Date)),
+    bindparam("visible_froms", type_=ARRAY(Date)),
+)
+
+# The completeness check: offered rows with no task after the write (there must be none).
+_MISSING = text(
+    """
+    SELECT o.duty_id, o.period_key
+    FROM unnest(:duty_ids, :period_keys) AS o(duty_id, period_key)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM task t WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key
+    )
+    ORDER BY 1, 2
+    """
+).bindparams(
+    bindparam("duty_ids", type_=ARRAY(BigInteger)),
+    bindparam("period_keys", type_=ARRAY(Text)),
+)
+
+
+@dataclass
+class DispatchReport:
+    frequency: str
+    mode: Mode
+    as_of: datetime
+    first_period: str
+    last_period: str
+    duties_read: int = 0
+    pages: int = 0
+    # (timezone, outcome) -> count; outcomes: created, existing, skipped, outside_window
+    counts: Counter = field(default_factory=Counter)
+    unplannable: dict[int, str] = field(default_factory=dict)
+    missing: list[tuple[int, str]] = field(default_factory=list)
+    deadlocks_retried: int = 0
+
+    def total(self, outcome: str) -> int:
+        return sum(n for (_, o), n in self.counts.items() if o == outcome)
+
+    def by_timezone(self) -> dict[str, dict[str, int]]:
+        table: dict[str, dict[str, int]] = {}
+        for (timezone, outcome), n in sorted(self.counts.items()):
+            if n:
+                table.setdefault(timezone, {})[outcome] = n
+        return table
+
+
+T = TypeVar("T")
+
+
+def _retrying_deadlocks(work: Callable[[], T], report: DispatchReport) -> T:
+    """Run one page's transaction, retrying it when PostgreSQL picks it as a deadlock victim.
+
+    Inserts go in identity order, which keeps racing writers from deadlocking on the
+    unique index; the retry covers what ordering cannot (the duty updates)."""
+    for attempt in range(DEADLOCK_RETRIES):
+        try:
+            return work()
+        except DBAPIError as error:
+            retryable = isinstance(error.orig, (pg_errors.DeadlockDetected, pg_errors.SerializationFailure))
+            if not retryable or attempt == DEADLOCK_RETRIES - 1:
+                raise
+            report.deadlocks_retried += 1
+            log.warning("page write was a deadlock victim; retrying (attempt %d)", attempt + 2)
+            time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _columns(tasks: list[TaskRow]) -> dict[str, list]:
+    return {
+        "duty_ids": [t.duty_id for t in tasks],
+        "period_keys": [t.period_key for t in tasks],
+        "workspace_ids": [t.workspace_id for t in tasks],
+        "period_starts": [t.period_start for t in tasks],
+        "due_dates": [t.due_date for t in tasks],
+        "visible_froms": [t.visible_from for t in tasks],
+    }
+
+
+def write_plan(engine: Engine, page_plan: Plan, report: DispatchReport) -> None:
+    """Write one page's tasks in one transaction and verify that every one now exists."""
+    if not page_plan.tasks:
+        return
+    columns = _columns(page_plan.tasks)
+
+    def work() -> list[int]:
+        with engine.begin() as conn:
+            return list(conn.execute(_WRITE_PAGE, columns).scalars())
+
+    created = Counter(_retrying_deadlocks(work, report))
+    planned = Counter(t.duty_id for t in page_plan.tasks)
+    for duty_id, n in planned.items():
+        timezone = page_plan.timezone_of[duty_id]
+        report.counts[(timezone, "created")] += created[duty_id]
+        report.counts[(timezone, "existing")] += n - created[duty_id]
+    with engine.connect() as conn:
+        report.missing.extend(
+            tuple(row) for row in conn.execute(
+                _MISSING, {"duty_ids": columns["duty_ids"], "period_keys": columns["period_keys"]}
+            )
+        )
+
+
+def read_pages(engine: Engine, frequency: str, page_size: int):
+    """Yield the dispatchable duties of one frequency, a keyset page at a time."""
+    after = 0
+    while True:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                _READ_PAGE, {"frequency": frequency, "after": after, "page_size": page_size}
+            ).all()
+        if not rows:
+            return
+        yield [DutyRow(*row) for row in rows]
+        after = rows[-1].id
+
+
+def dispatch(
+    engine: Engine,
+    *,
+    frequency: str,
+    mode: Mode,
+    as_of: datetime,
+    requested: list[Period],
+    page_size: int = DEFAULT_PAGE_SIZE,
+) -> DispatchReport:
+    """Dispatch one frequency's requested periods at `as_of`. Duties the planner cannot
+    plan are reported in `unplannable`; the caller fails the run on them after the rest
+    is written."""
+    if not requested:
+        raise ValueError("no periods requested")
+    report = DispatchReport(frequency, mode, as_of, requested[0].key, requested[-1].key)
+    for page in read_pages(engine, frequency, page_size):
+        report.pages += 1
+        report.duties_read += len(page)
+        page_plan = plan(page, frequency=frequency, mode=mode, as_of=as_of, requested=requested)
+        report.counts.update(page_plan.counts)
+        report.unplannable.update(page_plan.unplannable)
+        write_plan(engine, page_plan, report)
+    return report

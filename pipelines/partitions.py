@@ -1,0 +1,31 @@
+"""The one place each task asset's partitions are defined (keys as SPEC §3).
+
+Partitions reach far enough ahead for the longest lead window (366 days) in the
+easternmost zone (UTC+14): `end_offset` counts periods past the last complete one."""
+
+from dagster import (
+    DailyPartitionsDefinition,
+    MonthlyPartitionsDefinition,
+    TimeWindowPartitionsDefinition,
+    WeeklyPartitionsDefinition,
+)
+
+from pipelines.schema import FREQUENCIES
+
+TASK_PARTITIONS = {
+    "daily": DailyPartitionsDefinition(start_date="2020-01-01", end_offset=369),
+    # ISO weeks start on Monday; 2019-12-30 is the Monday of 2020-W01.
+    "weekly": WeeklyPartitionsDefinition(start_date="2019-12-30", day_offset=1, end_offset=55),
+    "monthly": MonthlyPartitionsDefinition(start_date="2020-01-01", end_offset=15),
+    "quarterly": TimeWindowPartitionsDefinition(
+        cron_schedule="0 0 1 */3 *", start="2020-01-01", fmt="%Y-%m-%d", end_offset=7
+    ),
+    "yearly": TimeWindowPartitionsDefinition(
+        cron_schedule="0 0 1 1 *", start="2020-01-01", fmt="%Y-%m-%d", end_offset=4
+    ),
+}
+assert tuple(TASK_PARTITIONS) == FREQUENCIES
+
+
+def task_asset_name(frequency: str) -> str:
+    return f"{frequency}_tasks"

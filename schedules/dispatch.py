@@ -1,0 +1,63 @@
+"""One dispatch schedule per task asset (one job cannot mix partitions definitions).
+
+Each tick requests exactly one run over one partition range: every period current
+anywhere on Earth at the tick, up to the period the largest active `lead_days` reaches
+from the latest local date. The run gets the tick as its `as_of`, so a re-execution
+stays a scheduled run as of the original tick."""
+
+import os
+
+from dagster import (
+    AssetSelection,
+    DefaultScheduleStatus,
+    RunRequest,
+    ScheduleDefinition,
+    ScheduleEvaluationContext,
+    schedule,
+)
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from sqlalchemy import text
+
+from pipelines.partitions import task_asset_name
+from pipelines.periods import open_range
+from pipelines.schema import FREQUENCIES
+from resources.postgres import PostgresResource
+
+# Hourly: every zone's tasks appear within the hour after its local midnight.
+DISPATCH_CRON = os.environ.get("ROTA_DISPATCH_CRON", "0 * * * *")
+
+_MAX_LEAD = text(
+    "SELECT coalesce(max(lead_days), 0) FROM duty "
+    "WHERE frequency = :frequency AND kind = 'recurring' AND state = 'active'"
+)
+
+
+def build_dispatch_schedule(frequency: str) -> ScheduleDefinition:
+    asset_name = task_asset_name(frequency)
+
+    @schedule(
+        name=f"{asset_name}_schedule",
+        cron_schedule=DISPATCH_CRON,
+        execution_timezone="UTC",
+        target=AssetSelection.assets(asset_name),
+        default_status=DefaultScheduleStatus.RUNNING,
+        description=f"Dispatches every open {frequency} period, in every duty's own timezone.",
+    )
+    def dispatch_schedule(context: ScheduleEvaluationContext, database: PostgresResource):
+        tick = context.scheduled_execution_time
+        with database.engine().connect() as conn:
+            max_lead = conn.execute(_MAX_LEAD, {"frequency": frequency}).scalar_one()
+        first, last = open_range(frequency, tick, max_lead)
+        return RunRequest(
+            run_key=f"{asset_name}@{tick.isoformat()}",
+            run_config={"ops": {asset_name: {"config": {"as_of": tick.isoformat()}}}},
+            tags={
+                ASSET_PARTITION_RANGE_START_TAG: first.partition_key,
+                ASSET_PARTITION_RANGE_END_TAG: last.partition_key,
+            },
+        )
+
+    return dispatch_schedule
+
+
+DISPATCH_SCHEDULES = [build_dispatch_schedule(frequency) for frequency in FREQUENCIES]

@@ -1,0 +1,25 @@
+"""Alembic environment for rota. The target URL comes from `pipelines.migrations`."""
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from pipelines.schema import metadata
+
+config = context.config
+
+
+def run_migrations_online() -> None:
+    engine = create_engine(config.attributes["url"])
+    with engine.connect() as connection:
+        # Serialise concurrent `rota migrate` calls against one database.
+        connection.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('rota migrate'))")
+        context.configure(connection=connection, target_metadata=metadata, compare_type=True)
+        with context.begin_transaction():
+            context.run_migrations()
+        connection.commit()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("rota migrations run online only: use `rota migrate`")
+run_migrations_online()

@@ -1,0 +1,90 @@
+"""Shared test helpers: making duties, and proving that a run wrote nothing."""
+
+import uuid
+
+from sqlalchemy import Engine, insert, select, text
+
+from pipelines.planner import DutyRow
+from pipelines.schema import duty, task
+
+
+def duty_values(workspace_id=None, **overrides) -> dict:
+    values = {
+        "workspace_id": workspace_id or uuid.uuid4(),
+        "title": "Water the plants",
+        "kind": "recurring",
+        "frequency": "monthly",
+        "timezone": "UTC",
+        "lead_days": 0,
+        "effective_from": None,
+        "effective_to": None,
+        "state": "active",
+    }
+    values.update(overrides)
+    if values["kind"] == "standing":
+        values["frequency"] = overrides.get("frequency")
+    return values
+
+
+def insert_duties(engine: Engine, rows: list[dict]) -> list[int]:
+    with engine.begin() as conn:
+        return list(conn.execute(insert(duty).returning(duty.c.id), rows).scalars())
+
+
+def add_duty(engine: Engine, **overrides) -> int:
+    return insert_duties(engine, [duty_values(**overrides)])[0]
+
+
+def duty_row(id: int = 1, **overrides) -> DutyRow:
+    values = duty_values(**overrides)
+    values.pop("title")
+    return DutyRow(id=id, **values)
+
+
+def task_keys(engine: Engine, duty_id: int | None = None) -> list[str]:
+    query = select(task.c.period_key).order_by(task.c.period_key)
+    if duty_id is not None:
+        query = query.where(task.c.duty_id == duty_id)
+    with engine.connect() as conn:
+        return list(conn.execute(query).scalars())
+
+
+def keys_by_duty(engine: Engine) -> dict[int, list[str]]:
+    with engine.connect() as conn:
+        rows = conn.execute(select(task.c.duty_id, task.c.period_key).order_by(task.c.duty_id, task.c.period_key))
+        result: dict[int, list[str]] = {}
+        for duty_id, key in rows:
+            result.setdefault(duty_id, []).append(key)
+        return result
+
+
+def last_dispatched(engine: Engine, duty_id: int) -> str | None:
+    with engine.connect() as conn:
+        return conn.execute(select(duty.c.last_dispatched_period).where(duty.c.id == duty_id)).scalar_one()
+
+
+def database_fingerprint(engine: Engine) -> dict:
+    """Every user table's row versions (ctid and xmin change on any write, even an update
+    to the same value) and every sequence's value. `pg_stat` counters arrive seconds late
+    and cannot prove that nothing was written."""
+    fingerprint = {}
+    with engine.connect() as conn:
+        tables = conn.execute(text(
+            "SELECT relname FROM pg_class WHERE relkind = 'r' "
+            "AND relnamespace = 'public'::regnamespace ORDER BY relname"
+        )).scalars().all()
+        for table in tables:
+            fingerprint[table] = conn.execute(text(
+                f"SELECT count(*), coalesce(md5(string_agg(ctid::text || ':' || xmin::text, ',' "
+                f"ORDER BY ctid)), '') FROM {table}"
+            )).one()
+        sequences = conn.execute(text(
+            "SELECT sequencename FROM pg_sequences WHERE schemaname = 'public' ORDER BY 1"
+        )).scalars().all()
+        for sequence in sequences:
+            fingerprint[f"sequence {sequence}"] = conn.execute(
+                text(f"SELECT last_value, is_called FROM {sequence}")
+            ).one()
+    return fingerprint
+
+

@@ -1,0 +1,145 @@
+"""The Dagster surface: Definitions load, assets over partition ranges, schedules."""
+
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+from dagster import DagsterInstance, build_schedule_context, materialize
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    SCHEDULE_NAME_TAG,
+)
+from sqlalchemy import text
+
+from pipelines.assets import COMPLETENESS_CHECK
+from pipelines.definitions import defs
+from pipelines.partitions import TASK_PARTITIONS
+from pipelines.periods import open_range, parse_instant
+from pipelines.schema import FREQUENCIES, MAX_LEAD_DAYS
+from tests.helpers import add_duty, database_fingerprint, keys_by_duty, task_keys
+
+
+def run_asset(name, first, last, as_of=None, tags=None, raise_on_error=True):
+    run_config = {"ops": {name: {"config": {"as_of": as_of}}}} if as_of else None
+    return materialize(
+        [defs.resolve_assets_def(name)],
+        instance=DagsterInstance.ephemeral(),
+        tags={ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last, **(tags or {})},
+        run_config=run_config,
+        raise_on_error=raise_on_error,
+    )
+
+
+def metadata(result, name):
+    materialization = result.asset_materializations_for_node(name)[0]
+    return {key: value.value for key, value in materialization.metadata.items()}
+
+
+def test_the_definitions_load_with_five_assets_and_five_schedules():
+    repository = defs.get_repository_def()
+    assert sorted(k.to_user_string() for k in repository.asset_graph.get_all_asset_keys()) == sorted(
+        f"{f}_tasks" for f in FREQUENCIES)
+    assert sorted(s.name for s in repository.schedule_defs) == sorted(f"{f}_tasks_schedule" for f in FREQUENCIES)
+
+
+@pytest.mark.parametrize("frequency", FREQUENCIES)
+def test_partitions_reach_the_longest_lead_in_the_easternmost_zone(frequency):
+    now = datetime.now(timezone.utc)
+    first, last = open_range(frequency, now, MAX_LEAD_DAYS)
+    partitions = TASK_PARTITIONS[frequency]
+    assert partitions.has_partition_key(first.partition_key)
+    assert partitions.has_partition_key(last.partition_key), (last.partition_key, partitions.get_last_partition_key())
+
+
+def test_a_thirteen_month_backfill_is_one_run_and_a_second_inserts_nothing(engine):
+    plain = add_duty(engine, timezone="Asia/Kathmandu")
+    closed = add_duty(engine, effective_from=date(2025, 3, 1), effective_to=date(2025, 10, 31))
+    result = run_asset("monthly_tasks", "2025-08-01", "2026-10-01", as_of="2026-08-20T00:00:00+02:00")
+    assert result.success
+    assert keys_by_duty(engine) == {
+        plain: [f"{y}-{m:02d}" for y, m in [(2025, m) for m in range(8, 13)] + [(2026, m) for m in range(1, 9)]],
+        closed: ["2025-08", "2025-09", "2025-10"],
+    }
+    first = metadata(result, "monthly_tasks")
+    assert (first["mode"], first["created"], first["skipped"]) == ("backfill", 16, 4)
+    assert "Asia/Kathmandu" in first["by_timezone"]
+    checks = result.get_asset_check_evaluations()
+    assert [(c.check_name, c.passed) for c in checks] == [(COMPLETENESS_CHECK, True)]
+    before = database_fingerprint(engine)
+    again = run_asset("monthly_tasks", "2025-08-01", "2026-10-01", as_of="2026-08-20T00:00:00+02:00")
+    assert metadata(again, "monthly_tasks")["created"] == 0
+    assert database_fingerprint(engine) == before
+
+
+def test_an_as_of_without_an_offset_fails_the_run_before_any_write(engine):
+    add_duty(engine)
+    result = run_asset("monthly_tasks", "2026-08-01", "2026-08-01", as_of="2026-08-20T00:00:00",
+                       raise_on_error=False)
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.error
+    assert "has no UTC offset" in failure.message or "has no UTC offset" in str(failure.cause)
+    assert task_keys(engine) == []
+
+
+def test_an_unplannable_duty_fails_the_run_by_id_after_the_rest_is_written(engine):
+    with engine.begin() as conn:  # a zone PostgreSQL knows but Python does not
+        conn.execute(text("INSERT INTO iana_timezone VALUES ('Mars/Olympus_Mons')"))
+    good = add_duty(engine)
+    bad = add_duty(engine, timezone="Mars/Olympus_Mons")
+    result = run_asset("monthly_tasks", "2026-08-01", "2026-08-01", as_of="2026-08-20T00:00:00Z",
+                       raise_on_error=False)
+    assert not result.success
+    message = str(result.get_step_failure_events()[0].step_failure_data.error)
+    assert f"duty {bad}" in message and "Mars/Olympus_Mons" in message
+    assert keys_by_duty(engine) == {good: ["2026-08"]}
+
+
+def scheduled_run(frequency, tick):
+    schedule = defs.resolve_schedule_def(f"{frequency}_tasks_schedule")
+    with build_schedule_context(scheduled_execution_time=tick, resources=defs.resources) as context:
+        requests = schedule.evaluate_tick(context).run_requests
+    assert len(requests) == 1
+    request = requests[0]
+    result = materialize(
+        [defs.resolve_assets_def(f"{frequency}_tasks")],
+        instance=DagsterInstance.ephemeral(),
+        tags={**request.tags, SCHEDULE_NAME_TAG: schedule.name},
+        run_config=request.run_config,
+    )
+    return request, result
+
+
+def test_a_schedule_tick_is_one_scheduled_run_as_of_the_tick(engine):
+    shanghai = add_duty(engine, timezone="Asia/Shanghai")
+    los_angeles = add_duty(engine, timezone="America/Los_Angeles", lead_days=30)
+    add_duty(engine, timezone="UTC", state="paused", lead_days=300)
+    tick = parse_instant("2026-08-31T20:00:00Z")
+    request, result = scheduled_run("monthly", tick)
+    assert (request.tags[ASSET_PARTITION_RANGE_START_TAG], request.tags[ASSET_PARTITION_RANGE_END_TAG]) == (
+        "2026-08-01", "2026-10-01")
+    assert metadata(result, "monthly_tasks")["mode"] == "scheduled"
+    assert metadata(result, "monthly_tasks")["as_of"] == tick.isoformat()
+    assert keys_by_duty(engine) == {shanghai: ["2026-09"], los_angeles: ["2026-08", "2026-09"]}
+
+
+def test_a_scheduled_run_fills_no_gap_where_a_backfill_would(engine):
+    duty_id = add_duty(engine, frequency="daily", timezone="Pacific/Kiritimati")
+    scheduled_run("daily", parse_instant("2026-08-31T09:00:00Z"))
+    scheduled_run("daily", parse_instant("2026-09-03T09:00:00Z"))
+    assert task_keys(engine, duty_id) == ["2026-08-31", "2026-09-03"]
+    run_asset("daily_tasks", "2026-08-31", "2026-09-04", as_of="2026-09-03T09:00:00Z")
+    assert task_keys(engine, duty_id) == ["2026-08-31", "2026-09-01", "2026-09-02", "2026-09-03"]
+
+
+def test_every_frequency_schedule_runs(engine):
+    ids = {f: add_duty(engine, frequency=f, timezone="Pacific/Chatham", lead_days=3) for f in FREQUENCIES}
+    tick = datetime(2026, 12, 31, 11, tzinfo=timezone.utc) - timedelta(minutes=0)
+    for frequency in FREQUENCIES:
+        scheduled_run(frequency, tick)
+    assert keys_by_duty(engine) == {
+        ids["daily"]: ["2027-01-01", "2027-01-02", "2027-01-03", "2027-01-04"],
+        ids["weekly"]: ["2026-W53"],
+        ids["monthly"]: ["2027-01"],
+        ids["quarterly"]: ["2027-Q1"],
+        ids["yearly"]: ["2027"],
+    }

@@ -1,0 +1,204 @@
+"""The dispatcher against a real PostgreSQL: idempotence, races, paging, the
+never-touch-a-task guarantee and last_dispatched_period."""
+
+import multiprocessing
+import uuid
+from datetime import date
+
+import pytest
+from sqlalchemy import create_engine, text, update
+
+from pipelines.dispatch import dispatch
+from pipelines.periods import parse_instant, period_containing, periods_between
+from pipelines.planner import Mode
+from pipelines.schema import duty, task
+from resources.server import driver_url
+from tests.helpers import (
+    add_duty,
+    database_fingerprint,
+    duty_values,
+    insert_duties,
+    keys_by_duty,
+    last_dispatched,
+    task_keys,
+)
+
+ZONES = ["UTC", "Asia/Shanghai", "America/Los_Angeles", "Pacific/Kiritimati", "Pacific/Pago_Pago",
+         "Asia/Kathmandu", "Pacific/Chatham", "Europe/London", "America/New_York", "Australia/Lord_Howe"]
+
+
+def months(first: str, last: str):
+    return periods_between(period_containing("monthly", date.fromisoformat(first + "-01")),
+                           period_containing("monthly", date.fromisoformat(last + "-01")))
+
+
+def run(engine, as_of, requested, frequency="monthly", mode=Mode.SCHEDULED, page_size=10_000):
+    report = dispatch(engine, frequency=frequency, mode=mode, as_of=parse_instant(as_of),
+                      requested=requested, page_size=page_size)
+    assert not report.unplannable and not report.missing
+    return report
+
+
+def many_duties(engine, count=200, frequency="monthly"):
+    rows = [duty_values(timezone=ZONES[i % len(ZONES)], lead_days=(i * 7) % 40, frequency=frequency,
+                        title=f"duty {i}") for i in range(count)]
+    return insert_duties(engine, rows)
+
+
+def test_a_second_identical_run_writes_nothing_at_all(engine):
+    many_duties(engine)
+    add_duty(engine, kind="standing")
+    add_duty(engine, state="paused")
+    requested = months("2026-07", "2026-11")
+    first = run(engine, "2026-08-31T20:00:00Z", requested)
+    assert first.total("created") > 200
+    before = database_fingerprint(engine)
+    second = run(engine, "2026-08-31T20:00:00Z", requested)
+    assert second.total("created") == 0 and second.total("existing") == first.total("created")
+    assert database_fingerprint(engine) == before
+
+
+def test_the_fingerprint_sees_an_update_to_the_same_value(engine):
+    duty_id = add_duty(engine)
+    before = database_fingerprint(engine)
+    with engine.begin() as conn:
+        conn.execute(update(duty).where(duty.c.id == duty_id).values(title="Water the plants"))
+    assert database_fingerprint(engine) != before
+
+
+def test_a_conflicting_insert_would_consume_an_identity_value(engine):
+    """The reason rows that exist are filtered inside the INSERT: ON CONFLICT alone burns ids."""
+    duty_id = add_duty(engine)
+    run(engine, "2026-08-31T12:00:00Z", months("2026-08", "2026-08"))
+    before = database_fingerprint(engine)
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO task (duty_id, workspace_id, period_key, period_start, due_date, visible_from) "
+            "SELECT id, workspace_id, '2026-08', '2026-08-01', '2026-08-31', '2026-08-31' FROM duty "
+            "WHERE id = :id ON CONFLICT ON CONSTRAINT task_dispatch_identity DO NOTHING"), {"id": duty_id})
+    assert database_fingerprint(engine) != before
+
+
+def test_shanghai_and_los_angeles_in_one_run(engine):
+    shanghai = add_duty(engine, timezone="Asia/Shanghai")
+    los_angeles = add_duty(engine, timezone="America/Los_Angeles")
+    report = run(engine, "2026-08-31T20:00:00Z", months("2026-08", "2026-09"))
+    assert keys_by_duty(engine) == {shanghai: ["2026-09"], los_angeles: ["2026-08"]}
+    assert report.by_timezone() == {"America/Los_Angeles": {"created": 1}, "Asia/Shanghai": {"created": 1}}
+
+
+def test_standing_and_paused_produce_nothing_and_unpausing_skips_the_gap(engine):
+    add_duty(engine, kind="standing")
+    paused = add_duty(engine, state="paused")
+    requested = months("2026-01", "2026-12")
+    run(engine, "2026-03-15T12:00:00Z", requested)
+    run(engine, "2026-03-15T12:00:00Z", requested, mode=Mode.BACKFILL)
+    assert task_keys(engine) == []
+    with engine.begin() as conn:
+        conn.execute(update(duty).where(duty.c.id == paused).values(state="active"))
+    run(engine, "2026-07-15T12:00:00Z", requested)
+    assert task_keys(engine, paused) == ["2026-07"]
+
+
+def test_last_dispatched_period_advances_and_never_regresses(engine):
+    duty_id = add_duty(engine)
+    requested = months("2025-01", "2026-12")
+    run(engine, "2026-05-10T12:00:00Z", requested)
+    assert last_dispatched(engine, duty_id) == "2026-05"
+    run(engine, "2026-06-10T12:00:00Z", requested)
+    assert last_dispatched(engine, duty_id) == "2026-06"
+    run(engine, "2026-06-10T12:00:00Z", months("2025-01", "2025-12"), mode=Mode.BACKFILL)
+    assert len(task_keys(engine, duty_id)) == 14
+    assert last_dispatched(engine, duty_id) == "2026-06"
+    run(engine, "2026-03-10T12:00:00Z", requested)  # an old tick re-run late
+    assert last_dispatched(engine, duty_id) == "2026-06"
+
+
+def test_last_dispatched_period_is_always_the_newest_task(engine):
+    many_duties(engine, 60)
+    run(engine, "2026-08-20T12:00:00Z", months("2026-01", "2026-12"), mode=Mode.BACKFILL)
+    run(engine, "2026-08-31T20:00:00Z", months("2026-08", "2026-10"))
+    with engine.connect() as conn:
+        wrong = conn.execute(text(
+            "SELECT d.id FROM duty d JOIN task t ON t.duty_id = d.id GROUP BY d.id "
+            "HAVING d.last_dispatched_period IS DISTINCT FROM max(t.period_key)")).all()
+    assert wrong == []
+
+
+def test_a_page_smaller_than_the_duties_still_covers_every_duty(engine):
+    ids = many_duties(engine, 57)
+    report = run(engine, "2026-08-31T20:00:00Z", months("2026-08", "2026-09"), page_size=10)
+    assert report.pages == 6 and report.duties_read == 57
+    assert set(keys_by_duty(engine)) == set(ids)
+
+
+def test_the_dispatcher_never_updates_or_deletes_a_task(engine):
+    """Guards the stagnation clock: existing task rows keep their row versions."""
+    many_duties(engine, 80)
+    run(engine, "2026-07-10T12:00:00Z", months("2026-01", "2026-12"), mode=Mode.BACKFILL)
+    with engine.begin() as conn:
+        conn.execute(update(task).where(task.c.period_key == "2026-05").values(status="done"))
+    with engine.connect() as conn:
+        before = conn.execute(text("SELECT id, ctid::text, xmin::text, updated_at FROM task ORDER BY id")).all()
+    run(engine, "2026-08-31T20:00:00Z", months("2026-01", "2026-12"), mode=Mode.BACKFILL)
+    run(engine, "2026-08-31T20:00:00Z", months("2026-07", "2026-10"))
+    with engine.connect() as conn:
+        after = conn.execute(text("SELECT id, ctid::text, xmin::text, updated_at FROM task ORDER BY id")).all()
+    assert len(after) > len(before)
+    assert after[: len(before)] == before
+
+
+def test_a_thirteen_month_backfill_makes_exactly_the_expected_keys(engine):
+    plain = add_duty(engine, timezone="Pacific/Chatham")
+    closed = add_duty(engine, effective_from=date(2025, 1, 1), effective_to=date(2025, 12, 31))
+    late = add_duty(engine, effective_from=date(2026, 3, 10))
+    ahead = add_duty(engine, lead_days=40)
+    requested = months("2025-08", "2026-10")  # 15 periods, 2026-09 and -10 beyond the horizon
+    first = run(engine, "2026-08-25T12:00:00Z", requested, mode=Mode.BACKFILL)
+    thirteen = [p.key for p in months("2025-08", "2026-08")]
+    assert keys_by_duty(engine) == {
+        plain: thirteen,
+        closed: [p.key for p in months("2025-08", "2025-12")],
+        late: [p.key for p in months("2026-03", "2026-08")],
+        ahead: thirteen + ["2026-09"],
+    }
+    assert first.total("skipped") == 2 + 2 + 2 + 1
+    before = database_fingerprint(engine)
+    second = run(engine, "2026-08-25T12:00:00Z", requested, mode=Mode.BACKFILL)
+    assert second.total("created") == 0 and database_fingerprint(engine) == before
+
+
+def _racer(url, barrier, results, as_of, first, last):
+    from pipelines.dispatch import dispatch as dispatch_in_child
+
+    engine = create_engine(driver_url(url), pool_size=1)
+    with engine.connect() as conn:  # warm the pool before the start line
+        conn.execute(text("SELECT 1"))
+    requested = months(first, last)
+    barrier.wait()
+    try:
+        report = dispatch_in_child(engine, frequency="monthly", mode=Mode.BACKFILL,
+                                   as_of=parse_instant(as_of), requested=requested, page_size=100)
+        results.put(("ok", report.total("created"), report.deadlocks_retried))
+    except Exception as error:  # reported to the parent, which fails the test
+        results.put(("error", repr(error), 0))
+
+
+def test_eight_concurrent_runs_of_the_same_partitions_make_one_task_each(database_url, engine):
+    ids = many_duties(engine, 400)
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(8), context.Queue()
+    racers = [context.Process(target=_racer, args=(database_url, barrier, results,
+                                                   "2026-08-31T20:00:00Z", "2025-08", "2026-09"))
+              for _ in range(8)]
+    for racer in racers:
+        racer.start()
+    outcomes = [results.get(timeout=120) for _ in racers]
+    for racer in racers:
+        racer.join(timeout=30)
+    assert [o for o in outcomes if o[0] != "ok"] == []
+    with engine.connect() as conn:
+        rows, distinct = conn.execute(text(
+            "SELECT count(*), count(DISTINCT (duty_id, period_key)) FROM task")).one()
+    assert rows == distinct and sum(o[1] for o in outcomes) == rows
+    assert set(keys_by_duty(engine)) == set(ids)

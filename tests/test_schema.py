@@ -1,0 +1,158 @@
+"""The schema as the database holds it: migrations, constraints, time types, RLS."""
+
+import uuid
+from datetime import date
+
+import psycopg
+import pytest
+from alembic import command
+from sqlalchemy import create_engine, insert, make_url, text
+from sqlalchemy.exc import IntegrityError
+
+from pipelines import migrations
+from pipelines.schema import duty, task
+from resources.server import driver_url, libpq_url
+from tests.helpers import add_duty, duty_values
+
+
+def test_migrations_replay_from_empty_and_the_drift_check_is_clean(server_url, fresh_database):
+    url = fresh_database()
+    engine = create_engine(driver_url(url))
+    with engine.begin() as conn:  # an empty database, not the migrated template
+        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    migrations.upgrade(url)
+    migrations.upgrade(url)  # idempotent
+    migrations.check(url)
+    command.downgrade(migrations.alembic_config(url), "base")
+    migrations.upgrade(url)
+    migrations.check(url)
+    engine.dispose()
+
+
+def test_the_drift_check_sees_a_difference(database_url, engine):
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE task ADD COLUMN stray integer"))
+    with pytest.raises(Exception, match="stray"):
+        migrations.check(database_url)
+
+
+def test_no_column_is_a_timestamp_without_time_zone(engine):
+    with engine.connect() as conn:
+        naive = conn.execute(text(
+            "SELECT table_name || '.' || column_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND data_type = 'timestamp without time zone'"
+        )).scalars().all()
+        instants = conn.execute(text(
+            "SELECT count(*) FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND data_type = 'timestamp with time zone'"
+        )).scalar_one()
+    assert naive == [] and instants >= 4
+
+
+def test_the_dispatch_identity_is_a_plain_unique_constraint(engine):
+    with engine.connect() as conn:
+        constraint = conn.execute(text(
+            "SELECT c.contype, array_agg(a.attname ORDER BY k.ord)::text[] "
+            "FROM pg_constraint c "
+            "CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, ord) "
+            "JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum "
+            "WHERE c.conname = 'task_dispatch_identity' GROUP BY c.contype"
+        )).one()
+        partial = conn.execute(text(
+            "SELECT indexrelid::regclass::text FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid "
+            "WHERE c.relnamespace = 'public'::regnamespace AND i.indpred IS NOT NULL"
+        )).scalars().all()
+    assert constraint == ("u", ["duty_id", "period_key"])
+    assert partial == []
+
+
+def test_a_second_task_for_one_duty_and_period_is_refused_by_the_identity(engine, workspace):
+    duty_id = add_duty(engine, workspace_id=workspace)
+    row = {"duty_id": duty_id, "workspace_id": workspace, "period_key": "2026-08",
+           "period_start": date(2026, 8, 1), "due_date": date(2026, 8, 31), "visible_from": date(2026, 8, 31)}
+    with engine.begin() as conn:
+        conn.execute(insert(task), [row])
+    with pytest.raises(IntegrityError, match="task_dispatch_identity"):
+        with engine.begin() as conn:
+            conn.execute(insert(task), [row])
+
+
+@pytest.mark.parametrize("overrides, names", [
+    ({"timezone": "Mars/Olympus_Mons"}, ["duty_timezone_known", "Mars/Olympus_Mons"]),
+    ({"timezone": "UTC+3"}, ["duty_timezone_known", "UTC+3"]),
+    ({"timezone": "EST5EDT,M3.2.0,M11.1.0"}, ["duty_timezone_known"]),
+    ({"lead_days": 367}, ["duty_lead_days_range"]),
+    ({"lead_days": -1}, ["duty_lead_days_range"]),
+    ({"effective_from": date(2026, 9, 1), "effective_to": date(2026, 8, 31)}, ["duty_effective_window_ordered"]),
+    ({"kind": "standing", "frequency": "daily"}, ["duty_frequency_matches_kind"]),
+    ({"frequency": None}, ["duty_frequency_matches_kind"]),
+    ({"frequency": "fortnightly"}, ["duty_frequency_valid"]),
+    ({"state": "deleted"}, ["duty_state_valid"]),
+    ({"kind": "oneoff"}, ["duty_kind_valid"]),
+    ({"title": ""}, ["duty_title_length"]),
+    ({"title": "x" * 501}, ["duty_title_length"]),
+])
+def test_invalid_duties_are_refused_with_an_error_naming_the_problem(engine, overrides, names):
+    with pytest.raises(IntegrityError) as refused:
+        add_duty(engine, **overrides)
+    for name in names:
+        assert name in str(refused.value)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM duty")).scalar_one() == 0
+
+
+def test_every_iana_zone_both_sides_know_is_accepted(engine):
+    for zone in ("Pacific/Kiritimati", "Pacific/Pago_Pago", "Asia/Kathmandu", "Pacific/Chatham", "UTC"):
+        add_duty(engine, timezone=zone)
+
+
+def tenant(database_url: str, workspace_id: uuid.UUID | None) -> psycopg.Connection:
+    conn = psycopg.connect(libpq_url(make_url(database_url).set(username="rota_app", password=None)
+                                     .render_as_string(hide_password=False)), autocommit=True)
+    if workspace_id is not None:
+        conn.execute("SELECT set_config('rota.workspace_id', %s, false)", (str(workspace_id),))
+    return conn
+
+
+def test_a_tenant_sees_and_writes_only_its_own_workspace(database_url, engine):
+    mine, theirs = uuid.uuid4(), uuid.uuid4()
+    my_duty = add_duty(engine, workspace_id=mine, title="mine")
+    their_duty = add_duty(engine, workspace_id=theirs, title="theirs")
+    with engine.begin() as conn:
+        conn.execute(insert(task), [
+            {"duty_id": d, "workspace_id": w, "period_key": "2026-08", "period_start": date(2026, 8, 1),
+             "due_date": date(2026, 8, 31), "visible_from": date(2026, 8, 31)}
+            for d, w in ((my_duty, mine), (their_duty, theirs))])
+
+    with tenant(database_url, mine) as conn:
+        assert conn.execute("SELECT title FROM duty").fetchall() == [("mine",)]
+        assert conn.execute("SELECT duty_id FROM task").fetchall() == [(my_duty,)]
+        assert conn.execute("UPDATE task SET status = 'done' WHERE duty_id = %s", (their_duty,)).rowcount == 0
+        assert conn.execute("DELETE FROM duty WHERE id = %s", (their_duty,)).rowcount == 0
+        conn.execute("UPDATE task SET status = 'done', updated_at = now() WHERE duty_id = %s", (my_duty,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+            conn.execute(
+                "INSERT INTO duty (workspace_id, title, kind, frequency, timezone) "
+                "VALUES (%s, 'intruder', 'recurring', 'daily', 'UTC')", (theirs,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+            conn.execute("UPDATE duty SET workspace_id = %s WHERE id = %s", (theirs, my_duty))
+        conn.execute("RESET rota.workspace_id")
+        assert conn.execute("SELECT count(*) FROM duty").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM task").fetchone() == (0,)
+
+    with tenant(database_url, None) as conn:
+        assert conn.execute("SELECT count(*) FROM duty").fetchone() == (0,)
+
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT status FROM task WHERE duty_id = :d"), {"d": their_duty}).scalar_one() == "open"
+        assert conn.execute(text("SELECT count(*) FROM duty")).scalar_one() == 2
+
+
+def test_row_level_security_is_enabled_and_forced(engine):
+    with engine.connect() as conn:
+        flags = conn.execute(text(
+            "SELECT relname, relrowsecurity, relforcerowsecurity FROM pg_class "
+            "WHERE relname IN ('duty', 'task') ORDER BY relname")).all()
+    assert flags == [("duty", True, True), ("task", True, True)]
+
+
