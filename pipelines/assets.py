@@ -97,6 +97,7 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
             )
         return MaterializeResult(
             metadata={
+                "frequency": frequency,
                 "mode": mode.value,
                 "as_of": as_of.isoformat(),
                 "periods": f"{report.first_period}..{report.last_period}",

@@ -2,7 +2,8 @@
 never-touch-a-task guarantee and last_dispatched_period."""
 
 import multiprocessing
-import uuid
+import threading
+import time
 from datetime import date
 
 import pytest
@@ -146,6 +147,43 @@ def test_the_dispatcher_never_updates_or_deletes_a_task(engine):
         after = conn.execute(text("SELECT id, ctid::text, xmin::text, updated_at FROM task ORDER BY id")).all()
     assert len(after) > len(before)
     assert after[: len(before)] == before
+
+
+def test_the_dispatcher_never_touches_a_task_a_racing_writer_just_made(engine):
+    """The conflict path itself: the row is invisible to the dispatcher's snapshot, so its
+    insert waits on the unique index and then meets the identity conflict."""
+    duty_id = add_duty(engine)
+    outcome = {}
+    with engine.connect() as racer:
+        racer.execute(text(
+            "INSERT INTO task (duty_id, workspace_id, period_key, period_start, due_date, visible_from, "
+            "status, updated_at) SELECT id, workspace_id, '2026-08', '2026-08-01', '2026-08-31', "
+            "'2026-08-31', 'done', '2026-08-02T09:00:00Z' FROM duty WHERE id = :id"), {"id": duty_id})
+
+        def dispatcher():
+            try:
+                outcome["report"] = run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-08"))
+            except Exception as error:  # re-raised in the test thread below
+                outcome["error"] = error
+
+        thread = threading.Thread(target=dispatcher)
+        thread.start()
+        deadline = time.monotonic() + 20
+        with engine.connect() as observer:
+            while not observer.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO task%'")).scalar_one():
+                assert time.monotonic() < deadline, "the dispatcher never waited on the racing insert"
+                observer.rollback()  # pg_stat_activity is a snapshot per transaction
+                time.sleep(0.05)
+        written = racer.execute(text("SELECT xmin::text, updated_at FROM task")).one()
+        racer.commit()
+        thread.join(timeout=30)
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["report"].total("existing") == 1 and outcome["report"].total("created") == 0
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT xmin::text, updated_at FROM task")).one() == written
+        assert conn.execute(text("SELECT status FROM task")).scalar_one() == "done"
 
 
 def test_a_thirteen_month_backfill_makes_exactly_the_expected_keys(engine):
