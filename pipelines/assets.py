@@ -3,7 +3,6 @@
 A thin shell: read the run's mode, instant and partition range, call the dispatcher
 (which reads, plans and writes), report what it did."""
 
-import warnings
 from datetime import datetime, timezone
 from typing import Optional
 
@@ -14,7 +13,6 @@ from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
     BackfillPolicy,
-    BetaWarning,
     Config,
     Failure,
     MaterializeResult,
@@ -30,19 +28,15 @@ from pipelines.planner import Mode
 from pipelines.schema import FREQUENCIES
 from resources.postgres import PostgresResource
 
-# Single-run backfills are what make a selected range one run; Dagster still labels the
-# parameter beta and would warn once per asset at every code-location load.
-warnings.filterwarnings("ignore", category=BetaWarning, message=".*backfill_policy.*")
-
 COMPLETENESS_CHECK = "every_eligible_duty_has_one_task"
 
 
-class DispatchConfig(Config):
+class AsOfConfig(Config):
     as_of: Optional[str] = None
     """ISO 8601 instant with a UTC offset. Default: the schedule's tick, or now."""
 
 
-def run_instant(config: DispatchConfig) -> datetime:
+def run_instant(config: AsOfConfig) -> datetime:
     if config.as_of is None:
         return datetime.now(timezone.utc)
     try:
@@ -72,7 +66,7 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
         kinds={"postgres"},
         description=f"Tasks of {frequency} duties, one per duty and period, dispatched exactly once.",
     )
-    def task_asset(context: AssetExecutionContext, config: DispatchConfig,
+    def task_asset(context: AssetExecutionContext, config: AsOfConfig,
                    database: PostgresResource) -> MaterializeResult:
         as_of = run_instant(config)
         mode = Mode.SCHEDULED if SCHEDULE_NAME_TAG in context.run.tags else Mode.BACKFILL

@@ -144,6 +144,46 @@ def dev(args: argparse.Namespace) -> int:
         database.close()
 
 
+def worker(args: argparse.Namespace) -> int:
+    import logging
+    import threading
+    from datetime import timedelta
+
+    from pipelines.handlers import load_handler_modules
+    from pipelines.worker import Worker, WorkerSettings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    modules = [m for m in (args.handlers or os.environ.get("ROTA_WORKER_HANDLERS", "")).split(",") if m]
+    load_handler_modules(modules)
+    database = Database()
+    engine = create_engine(driver_url(database.url), pool_size=2, max_overflow=2)
+    settings = WorkerSettings(
+        batch=args.batch, lease=timedelta(seconds=args.lease), poll_interval=args.poll,
+        grace=timedelta(seconds=args.grace), backoff=timedelta(seconds=args.backoff),
+    )
+    process = Worker(engine, settings)
+
+    def give_up() -> None:
+        process.abandon()
+        _say(f"worker {process.id} stopped after its grace period")
+        os._exit(0)
+
+    def request_stop(signum, _frame):
+        if not process.stopping.is_set():
+            process.stopping.set()
+            timer = threading.Timer(args.grace, give_up)
+            timer.daemon = True
+            timer.start()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    _say(f"worker {process.id} started")
+    process.run()
+    engine.dispose()
+    _say(f"worker {process.id} stopped")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rota", description="Recurring work, produced exactly once per period.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -152,6 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     dev_parser.add_argument("--host", default="127.0.0.1")
     dev_parser.add_argument("--port", type=int, default=3000)
     dev_parser.set_defaults(run=dev)
+    worker_parser = commands.add_parser("worker", help="claim and execute queued runs until SIGTERM")
+    worker_parser.add_argument("--handlers", help="comma-separated modules that register handlers "
+                               "(default: $ROTA_WORKER_HANDLERS)")
+    worker_parser.add_argument("--batch", type=int, default=10, help="runs claimed at a time")
+    worker_parser.add_argument("--lease", type=float, default=30.0, help="lease length in seconds")
+    worker_parser.add_argument("--grace", type=float, default=20.0, help="seconds to finish after SIGTERM")
+    worker_parser.add_argument("--poll", type=float, default=0.5, help="seconds between empty polls")
+    worker_parser.add_argument("--backoff", type=float, default=5.0, help="first retry delay in seconds")
+    worker_parser.set_defaults(run=worker)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -20,12 +20,17 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 FREQUENCIES = ("daily", "weekly", "monthly", "quarterly", "yearly")
 DUTY_KINDS = ("recurring", "standing")
 DUTY_STATES = ("active", "paused", "archived")
 TASK_STATUSES = ("open", "done", "skipped")
+RUN_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+MAX_ATTEMPTS_LIMIT = 100
+# Five whitespace-separated fields of cron characters; croniter checks the meaning when a
+# job is registered through rota, this shape check catches what bypasses it.
+CRON_SHAPE = r"^\s*[0-9A-Za-z*/,?#-]+(\s+[0-9A-Za-z*/,?#-]+){4}\s*$"
 MAX_LEAD_DAYS = 366
 MAX_TITLE_LENGTH = 500
 
@@ -118,4 +123,76 @@ task = Table(
     ),
 )
 
-TENANT_TABLES = ("duty", "task")
+job = Table(
+    "job",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("workspace_id", UUID(as_uuid=True), nullable=True),
+    Column("schedule", Text, nullable=True),
+    Column("timezone", Text, nullable=False, server_default=text("'UTC'")),
+    Column("event_type", Text, nullable=True),
+    Column("enabled", Boolean, nullable=False, server_default=text("true")),
+    Column("max_attempts", Integer, nullable=False, server_default=text("5")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    UniqueConstraint("name", name="job_name_key"),
+    CheckConstraint(f"schedule ~ '{CRON_SHAPE}'", name="schedule_cron_shape"),
+    CheckConstraint(f"max_attempts BETWEEN 1 AND {MAX_ATTEMPTS_LIMIT}", name="max_attempts_range"),
+    CheckConstraint("char_length(name) BETWEEN 1 AND 200", name="name_length"),
+    ForeignKeyConstraint(["timezone"], [iana_timezone.c.name], name="job_timezone_known"),
+)
+
+event = Table(
+    "event",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("workspace_id", UUID(as_uuid=True), nullable=True),
+    Column("type", Text, nullable=False),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("occurred_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # When the inserting transaction began (now() is transaction time): the event sensor
+    # re-reads a trailing window of it, so an event whose id was assigned before a
+    # higher one but committed after it is still dispatched.
+    Column("recorded_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("event_recorded_at_idx", "recorded_at"),
+)
+
+# One row per run. Every run has exactly one origin, and each origin has its own identity
+# constraint. PostgreSQL treats NULLs as distinct, so each constraint binds only rows of
+# its own origin: the three are complementary parts of one idea (producing is an insert
+# whose conflict is an expected outcome), not the same mechanism three times.
+job_queue = Table(
+    "job_queue",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("job_id", BigInteger, ForeignKey(job.c.id, name="job_queue_job_id_fkey"), nullable=False),
+    Column("workspace_id", UUID(as_uuid=True), nullable=True),
+    Column("event_id", BigInteger, ForeignKey(event.c.id, name="job_queue_event_id_fkey"), nullable=True),
+    Column("scheduled_for", DateTime(timezone=True), nullable=True),
+    Column("source", Text, nullable=True),
+    Column("source_ref", Text, nullable=True),
+    Column("state", Text, nullable=False, server_default=text("'queued'")),
+    Column("run_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("lease_owner", Text, nullable=True),
+    Column("lease_expires_at", DateTime(timezone=True), nullable=True),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("last_error", Text, nullable=True),
+    *_timestamps(),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    UniqueConstraint("job_id", "scheduled_for", name="job_queue_schedule_identity"),
+    UniqueConstraint("event_id", "job_id", name="job_queue_event_identity"),
+    UniqueConstraint("source", "source_ref", name="job_queue_source_identity"),
+    CheckConstraint("num_nonnulls(scheduled_for, event_id, source_ref) = 1", name="one_origin"),
+    CheckConstraint("(source IS NULL) = (source_ref IS NULL)", name="source_has_ref"),
+    CheckConstraint(_one_of("state", RUN_STATES), name="state_valid"),
+    CheckConstraint(
+        "(state = 'running') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)",
+        name="lease_matches_state",
+    ),
+    CheckConstraint("attempts >= 0", name="attempts_non_negative"),
+    # Claiming reads queued rows in run_at order.
+    Index("job_queue_claim_idx", "state", "run_at"),
+)
+
+TENANT_TABLES = ("duty", "task", "event", "job_queue")

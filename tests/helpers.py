@@ -2,10 +2,13 @@
 
 import uuid
 
-from sqlalchemy import Engine, insert, select, text
+import psycopg
+
+from sqlalchemy import Engine, insert, make_url, select, text
 
 from pipelines.planner import DutyRow
 from pipelines.schema import duty, task
+from resources.server import libpq_url
 
 
 def duty_values(workspace_id=None, **overrides) -> dict:
@@ -88,3 +91,12 @@ def database_fingerprint(engine: Engine) -> dict:
     return fingerprint
 
 
+
+
+def tenant(database_url: str, workspace_id: uuid.UUID | None) -> psycopg.Connection:
+    """A tenant session: role rota_app, with rota.workspace_id set unless None."""
+    url = make_url(database_url).set(username="rota_app", password=None).render_as_string(hide_password=False)
+    conn = psycopg.connect(libpq_url(url), autocommit=True)
+    if workspace_id is not None:
+        conn.execute("SELECT set_config('rota.workspace_id', %s, false)", (str(workspace_id),))
+    return conn

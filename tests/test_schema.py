@@ -6,13 +6,13 @@ from datetime import date
 import psycopg
 import pytest
 from alembic import command
-from sqlalchemy import create_engine, insert, make_url, text
+from sqlalchemy import create_engine, insert, text
 from sqlalchemy.exc import IntegrityError
 
 from pipelines import migrations
 from pipelines.schema import duty, task
-from resources.server import driver_url, libpq_url
-from tests.helpers import add_duty, duty_values
+from resources.server import driver_url
+from tests.helpers import add_duty, tenant
 
 
 def test_migrations_replay_from_empty_and_the_drift_check_is_clean(server_url, fresh_database):
@@ -49,21 +49,46 @@ def test_no_column_is_a_timestamp_without_time_zone(engine):
     assert naive == [] and instants >= 4
 
 
-def test_the_dispatch_identity_is_a_plain_unique_constraint(engine):
+@pytest.mark.parametrize("name, table, columns", [
+    ("task_dispatch_identity", "task", ["duty_id", "period_key"]),
+    ("job_queue_schedule_identity", "job_queue", ["job_id", "scheduled_for"]),
+    ("job_queue_event_identity", "job_queue", ["event_id", "job_id"]),
+    ("job_queue_source_identity", "job_queue", ["source", "source_ref"]),
+])
+def test_every_identity_is_a_plain_unique_constraint(engine, name, table, columns):
     with engine.connect() as conn:
         constraint = conn.execute(text(
-            "SELECT c.contype, array_agg(a.attname ORDER BY k.ord)::text[] "
+            "SELECT c.contype, c.conrelid::regclass::text, array_agg(a.attname ORDER BY k.ord)::text[] "
             "FROM pg_constraint c "
             "CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, ord) "
             "JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum "
-            "WHERE c.conname = 'task_dispatch_identity' GROUP BY c.contype"
-        )).one()
+            "WHERE c.conname = :name GROUP BY c.contype, c.conrelid"
+        ), {"name": name}).one()
         partial = conn.execute(text(
             "SELECT indexrelid::regclass::text FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid "
             "WHERE c.relnamespace = 'public'::regnamespace AND i.indpred IS NOT NULL"
         )).scalars().all()
-    assert constraint == ("u", ["duty_id", "period_key"])
+    assert constraint == ("u", table, columns)
     assert partial == []
+
+
+def test_the_claim_query_uses_the_claim_index(engine):
+    from pipelines.queue import _CLAIM, register_job
+
+    job_id = register_job(engine, "report", schedule="* * * * *")
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO job_queue (job_id, scheduled_for, run_at, state, finished_at) "
+            "SELECT :j, t, t, CASE WHEN n % 1000 = 0 THEN 'queued' ELSE 'succeeded' END, "
+            "CASE WHEN n % 1000 = 0 THEN NULL ELSE t END "
+            "FROM generate_series(1, 20000) n, LATERAL (SELECT now() - n * interval '1 minute') AS s(t)"
+        ), {"j": job_id})
+        conn.execute(text("ANALYZE job_queue"))
+        plan = "\n".join(conn.execute(
+            text("EXPLAIN " + _CLAIM.text),
+            {"worker": "w", "limit": 10, "lease": 30.0},
+        ).scalars())
+    assert "job_queue_claim_idx" in plan, plan
 
 
 def test_a_second_task_for_one_duty_and_period_is_refused_by_the_identity(engine, workspace):
@@ -106,14 +131,6 @@ def test_every_iana_zone_both_sides_know_is_accepted(engine):
         add_duty(engine, timezone=zone)
 
 
-def tenant(database_url: str, workspace_id: uuid.UUID | None) -> psycopg.Connection:
-    conn = psycopg.connect(libpq_url(make_url(database_url).set(username="rota_app", password=None)
-                                     .render_as_string(hide_password=False)), autocommit=True)
-    if workspace_id is not None:
-        conn.execute("SELECT set_config('rota.workspace_id', %s, false)", (str(workspace_id),))
-    return conn
-
-
 def test_a_tenant_sees_and_writes_only_its_own_workspace(database_url, engine):
     mine, theirs = uuid.uuid4(), uuid.uuid4()
     my_duty = add_duty(engine, workspace_id=mine, title="mine")
@@ -152,7 +169,7 @@ def test_row_level_security_is_enabled_and_forced(engine):
     with engine.connect() as conn:
         flags = conn.execute(text(
             "SELECT relname, relrowsecurity, relforcerowsecurity FROM pg_class "
-            "WHERE relname IN ('duty', 'task') ORDER BY relname")).all()
-    assert flags == [("duty", True, True), ("task", True, True)]
+            "WHERE relname IN ('duty', 'task', 'event', 'job_queue') ORDER BY relname")).all()
+    assert flags == [(name, True, True) for name in ("duty", "event", "job_queue", "task")]
 
 

@@ -11,32 +11,18 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import UUID
 
+from pipelines.tenancy import enable_tenant_isolation
+
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
-
-# Tenant sessions connect as this role and set rota.workspace_id; an unset or reset
-# setting reads as NULL, which equals nothing, so such a session sees no row at all.
-CURRENT_WORKSPACE = "NULLIF(current_setting('rota.workspace_id', true), '')::uuid"
-
 
 def _timestamps() -> list[sa.Column]:
     return [
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
     ]
-
-
-def enable_tenant_isolation(table: str) -> None:
-    op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
-    op.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
-    op.execute(
-        f"CREATE POLICY {table}_workspace_isolation ON {table} "
-        f"USING (workspace_id = {CURRENT_WORKSPACE}) "
-        f"WITH CHECK (workspace_id = {CURRENT_WORKSPACE})"
-    )
-    op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO rota_app")
 
 
 def upgrade() -> None:

@@ -1,0 +1,387 @@
+"""The job queue: producing runs (each with an identity), and claiming them.
+
+Producing is an insert whose identity conflict is an expected outcome, returned as a
+value and never raised; any other failure propagates. Claiming is a separate concern:
+nothing here that produces a run reads or writes claim or lease state.
+
+`conn` is a SQLAlchemy Engine or Connection. With an Engine, or a Connection not inside
+a transaction, each call commits its own transaction; inside the caller's transaction
+it takes part in it and the caller commits.
+"""
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Iterator
+from uuid import UUID
+
+from sqlalchemy import ARRAY, BigInteger, Connection, DateTime, Engine, bindparam, text
+
+from pipelines.cron import validate_cron
+
+MAX_ERROR_LENGTH = 10_000
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    run_id: int
+
+
+@dataclass(frozen=True)
+class AlreadyQueued:
+    run_id: int
+
+
+@contextmanager
+def transaction(conn: Connection | Engine) -> Iterator[Connection]:
+    if isinstance(conn, Engine):
+        with conn.begin() as connection:
+            yield connection
+    elif conn.in_transaction():
+        yield conn
+    else:
+        with conn.begin():
+            yield conn
+
+
+def _aware(instant: datetime, name: str) -> datetime:
+    if instant.tzinfo is None:
+        raise ValueError(f"{name} {instant.isoformat()} has no UTC offset")
+    return instant
+
+
+# ---------------------------------------------------------------------------- jobs
+
+_REGISTER_JOB = text(
+    """
+    INSERT INTO job (name, workspace_id, schedule, timezone, event_type, enabled, max_attempts)
+    VALUES (:name, :workspace_id, :schedule, :timezone, :event_type, :enabled, :max_attempts)
+    ON CONFLICT ON CONSTRAINT job_name_key DO UPDATE
+    SET workspace_id = EXCLUDED.workspace_id, schedule = EXCLUDED.schedule,
+        timezone = EXCLUDED.timezone, event_type = EXCLUDED.event_type,
+        enabled = EXCLUDED.enabled, max_attempts = EXCLUDED.max_attempts
+    WHERE (job.workspace_id, job.schedule, job.timezone, job.event_type, job.enabled, job.max_attempts)
+          IS DISTINCT FROM
+          (EXCLUDED.workspace_id, EXCLUDED.schedule, EXCLUDED.timezone, EXCLUDED.event_type,
+           EXCLUDED.enabled, EXCLUDED.max_attempts)
+    RETURNING id
+    """
+)
+
+
+def register_job(
+    conn: Connection | Engine,
+    name: str,
+    *,
+    schedule: str | None = None,
+    timezone: str = "UTC",
+    event_type: str | None = None,
+    enabled: bool = True,
+    max_attempts: int = 5,
+    workspace_id: UUID | None = None,
+) -> int:
+    """Create or update the job called `name`; returns its id. An unchanged job is not written."""
+    if schedule is not None:
+        validate_cron(schedule)
+    values = {"name": name, "workspace_id": workspace_id, "schedule": schedule, "timezone": timezone,
+              "event_type": event_type, "enabled": enabled, "max_attempts": max_attempts}
+    with transaction(conn) as c:
+        job_id = c.execute(_REGISTER_JOB, values).scalar()
+        if job_id is None:
+            job_id = c.execute(text("SELECT id FROM job WHERE name = :name"), {"name": name}).scalar_one()
+        return job_id
+
+
+# ---------------------------------------------------------------- scheduled runs
+
+_ENQUEUE_SCHEDULED = text(
+    """
+    INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
+    VALUES (:job_id, (SELECT workspace_id FROM job WHERE id = :job_id), :scheduled_for, :scheduled_for)
+    ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
+    RETURNING id
+    """
+)
+_FIND_SCHEDULED = text(
+    "SELECT id FROM job_queue WHERE job_id = :job_id AND scheduled_for = :scheduled_for"
+)
+
+
+def enqueue_scheduled(conn: Connection | Engine, job_id: int, scheduled_for: datetime) -> Enqueued | AlreadyQueued:
+    """Queue the run of `job_id` for the fire time `scheduled_for` (run_at = scheduled_for).
+
+    A second call for the same pair meets `job_queue_schedule_identity` and returns
+    AlreadyQueued with the existing run's id, however many schedulers race."""
+    values = {"job_id": job_id, "scheduled_for": _aware(scheduled_for, "scheduled_for")}
+    with transaction(conn) as c:
+        run_id = c.execute(_ENQUEUE_SCHEDULED, values).scalar()
+        if run_id is not None:
+            return Enqueued(run_id)
+        # A new statement, so a new snapshot: it sees the row that won the conflict.
+        return AlreadyQueued(c.execute(_FIND_SCHEDULED, values).scalar_one())
+
+
+_ENQUEUE_SCHEDULED_MANY = text(
+    """
+    WITH offered AS (
+        SELECT * FROM unnest(:job_ids, :fire_times) AS o(job_id, scheduled_for)
+    )
+    INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
+    SELECT o.job_id, (SELECT workspace_id FROM job WHERE id = o.job_id), o.scheduled_for, o.scheduled_for
+    FROM offered o
+    WHERE NOT EXISTS (
+        SELECT 1 FROM job_queue q WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
+    )
+    ORDER BY o.job_id, o.scheduled_for
+    ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
+    RETURNING job_id
+    """
+).bindparams(
+    bindparam("job_ids", type_=ARRAY(BigInteger)),
+    bindparam("fire_times", type_=ARRAY(DateTime(timezone=True))),
+)
+
+
+def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, datetime]]) -> list[int]:
+    """Queue many (job_id, fire time) runs in one statement; returns the job id of each
+    run created. Pairs that exist are filtered inside the statement (no identity value
+    is consumed for them); ON CONFLICT guards against a racing producer."""
+    if not pairs:
+        return []
+    ordered = sorted({(job_id, _aware(at, "scheduled_for")) for job_id, at in pairs})
+    with transaction(conn) as c:
+        return list(c.execute(_ENQUEUE_SCHEDULED_MANY, {
+            "job_ids": [job_id for job_id, _ in ordered],
+            "fire_times": [at for _, at in ordered],
+        }).scalars())
+
+
+# ------------------------------------------------------------------- event runs
+
+_DISPATCH_EVENTS = text(
+    """
+    INSERT INTO job_queue (job_id, workspace_id, event_id, run_at, payload)
+    SELECT j.id, coalesce(e.workspace_id, j.workspace_id), e.id, now(), e.payload
+    FROM event e
+    JOIN job j ON j.event_type = e.type AND j.enabled
+              AND (j.workspace_id IS NULL OR j.workspace_id = e.workspace_id)
+    WHERE e.id = ANY(:event_ids)
+      AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.event_id = e.id AND q.job_id = j.id)
+    ORDER BY e.id, j.id
+    ON CONFLICT ON CONSTRAINT job_queue_event_identity DO NOTHING
+    RETURNING id
+    """
+).bindparams(bindparam("event_ids", type_=ARRAY(BigInteger)))
+
+
+def dispatch_events(conn: Connection | Engine, event_ids: list[int]) -> int:
+    """Queue one run per (event, enabled job subscribed to its type); returns how many
+    were created. Dispatching an event again creates nothing and writes nothing.
+
+    A workspace's job hears only its workspace's events; a system job hears all."""
+    if not event_ids:
+        return 0
+    with transaction(conn) as c:
+        return len(c.execute(_DISPATCH_EVENTS, {"event_ids": sorted(set(event_ids))}).all())
+
+
+_NEW_EVENTS = text(
+    """
+    (SELECT id FROM event WHERE id > :cursor ORDER BY id LIMIT :limit)
+    UNION
+    (SELECT id FROM event WHERE id <= :cursor AND recorded_at > now() - make_interval(secs => :lookback))
+    """
+)
+
+
+def dispatch_new_events(
+    conn: Connection | Engine, cursor: int, *, lookback: timedelta = timedelta(minutes=10), limit: int = 10_000
+) -> tuple[int, int]:
+    """Dispatch the events after `cursor` (at most `limit`), plus the events recorded
+    within `lookback`: ids are assigned when a row is inserted, not when it commits, so
+    an event can appear below a cursor that has already moved past it. Returns (runs
+    created, new cursor). Replaying a cursor creates no duplicate."""
+    with transaction(conn) as c:
+        ids = list(c.execute(_NEW_EVENTS, {"cursor": cursor, "limit": limit,
+                                           "lookback": lookback.total_seconds()}).scalars())
+        created = dispatch_events(c, ids)
+    return created, max([cursor, *ids])
+
+
+# ----------------------------------------------------------------------- claims
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    id: int
+    job_id: int
+    job_name: str
+    workspace_id: UUID | None
+    attempts: int
+    max_attempts: int
+    payload: dict
+    scheduled_for: datetime | None
+    event_id: int | None
+    source: str | None
+    source_ref: str | None
+
+
+_CLAIM = text(
+    """
+    WITH due AS (
+        SELECT q.id
+        FROM job_queue q
+        WHERE q.state = 'queued' AND q.run_at <= now()
+        ORDER BY q.run_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ),
+    claimed AS (
+        UPDATE job_queue q
+        SET state = CASE WHEN j.enabled THEN 'running' ELSE 'cancelled' END,
+            attempts = q.attempts + CASE WHEN j.enabled THEN 1 ELSE 0 END,
+            lease_owner = CASE WHEN j.enabled THEN CAST(:worker AS text) END,
+            lease_expires_at = CASE WHEN j.enabled THEN now() + make_interval(secs => :lease) END,
+            finished_at = CASE WHEN j.enabled THEN NULL ELSE now() END,
+            last_error = CASE WHEN j.enabled THEN q.last_error
+                         ELSE 'cancelled: job ' || j.name || ' was disabled after this run was queued' END,
+            updated_at = now()
+        FROM due, job j
+        WHERE q.id = due.id AND j.id = q.job_id
+        RETURNING q.id, q.job_id, j.name, q.workspace_id, q.attempts, j.max_attempts, q.payload,
+                  q.scheduled_for, q.event_id, q.source, q.source_ref, j.enabled
+    )
+    SELECT * FROM claimed WHERE enabled ORDER BY id
+    """
+)
+
+
+def claim_due_runs(conn: Connection | Engine, worker_id: str, limit: int, lease: timedelta) -> list[ClaimedRun]:
+    """Claim up to `limit` due runs for `worker_id` with a lease. Runs locked by another
+    claimer are skipped, not waited for. A run whose job was disabled after it was queued
+    is cancelled here instead of being handed out."""
+    with transaction(conn) as c:
+        rows = c.execute(_CLAIM, {"worker": worker_id, "limit": limit, "lease": lease.total_seconds()}).all()
+    return [ClaimedRun(*row[:-1]) for row in rows]
+
+
+_EXTEND = text(
+    """
+    UPDATE job_queue SET lease_expires_at = now() + make_interval(secs => :lease), updated_at = now()
+    WHERE id = ANY(:run_ids) AND state = 'running' AND lease_owner = :worker
+    RETURNING id
+    """
+).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
+
+
+def extend_leases(conn: Connection | Engine, worker_id: str, run_ids: list[int], lease: timedelta) -> set[int]:
+    """Heartbeat: extend the leases `worker_id` still holds; returns the ids still held."""
+    if not run_ids:
+        return set()
+    with transaction(conn) as c:
+        return set(c.execute(_EXTEND, {"run_ids": run_ids, "worker": worker_id,
+                                       "lease": lease.total_seconds()}).scalars())
+
+
+_COMPLETE = text(
+    """
+    UPDATE job_queue
+    SET state = 'succeeded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+        updated_at = now()
+    WHERE id = :run_id AND state = 'running' AND lease_owner = :worker
+    RETURNING id
+    """
+)
+
+
+def complete(conn: Connection | Engine, run_id: int, worker_id: str) -> bool:
+    """Mark a held run succeeded; False if the lease was lost (the run was reclaimed)."""
+    with transaction(conn) as c:
+        return c.execute(_COMPLETE, {"run_id": run_id, "worker": worker_id}).scalar() is not None
+
+
+_FAIL = text(
+    """
+    UPDATE job_queue q
+    SET state = CASE WHEN q.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+        run_at = CASE WHEN q.attempts >= j.max_attempts THEN q.run_at
+                 ELSE now() + make_interval(secs => least(:backoff * power(2, q.attempts - 1), :cap)) END,
+        finished_at = CASE WHEN q.attempts >= j.max_attempts THEN now() END,
+        lease_owner = NULL, lease_expires_at = NULL, last_error = :error, updated_at = now()
+    FROM job j
+    WHERE q.id = :run_id AND j.id = q.job_id AND q.state = 'running' AND q.lease_owner = :worker
+    RETURNING q.state
+    """
+)
+
+
+def clean_error(error: str) -> str:
+    """Error text as PostgreSQL can store it: no NUL bytes, bounded length."""
+    error = error.replace("\x00", "\\x00")
+    return error if len(error) <= MAX_ERROR_LENGTH else error[: MAX_ERROR_LENGTH - 15] + "… (truncated)"
+
+
+def fail(
+    conn: Connection | Engine,
+    run_id: int,
+    worker_id: str,
+    error: str,
+    *,
+    backoff: timedelta = timedelta(seconds=5),
+    cap: timedelta = timedelta(hours=1),
+) -> str | None:
+    """Record a failed attempt: retried after backoff * 2^(attempt-1) (capped), or
+    `failed` once the job's max_attempts is spent. Returns the new state, or None if the
+    lease was lost."""
+    with transaction(conn) as c:
+        return c.execute(_FAIL, {"run_id": run_id, "worker": worker_id, "error": clean_error(error),
+                                 "backoff": backoff.total_seconds(), "cap": cap.total_seconds()}).scalar()
+
+
+_RELEASE = text(
+    """
+    UPDATE job_queue
+    SET state = 'queued', attempts = attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
+        updated_at = now()
+    WHERE id = ANY(:run_ids) AND state = 'running' AND lease_owner = :worker
+    RETURNING id
+    """
+).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
+
+
+def release(conn: Connection | Engine, worker_id: str, run_ids: list[int]) -> int:
+    """Hand back claimed runs whose handler never started (their attempt is not counted)."""
+    if not run_ids:
+        return 0
+    with transaction(conn) as c:
+        return len(c.execute(_RELEASE, {"run_ids": run_ids, "worker": worker_id}).all())
+
+
+_RECLAIM = text(
+    """
+    UPDATE job_queue q
+    SET state = CASE WHEN q.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+        run_at = now(),
+        finished_at = CASE WHEN q.attempts >= j.max_attempts THEN now() END,
+        last_error = 'lease of ' || q.lease_owner || ' expired at ' || q.lease_expires_at::text
+                     || ' during attempt ' || q.attempts,
+        lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+    FROM job j
+    WHERE q.state = 'running' AND q.lease_expires_at < now() AND j.id = q.job_id
+    RETURNING q.state
+    """
+)
+
+
+def reclaim_expired(conn: Connection | Engine) -> dict[str, int]:
+    """Requeue runs whose worker stopped heartbeating (or fail them if their attempts are
+    spent); returns counts by new state."""
+    with transaction(conn) as c:
+        states = c.execute(_RECLAIM).scalars().all()
+    return {state: states.count(state) for state in set(states)}
+
+
+__all__ = [
+    "AlreadyQueued", "ClaimedRun", "Enqueued", "claim_due_runs", "complete", "dispatch_events",
+    "dispatch_new_events", "enqueue_scheduled", "enqueue_scheduled_many", "extend_leases", "fail",
+    "reclaim_expired", "register_job", "release",
+]

@@ -1,0 +1,29 @@
+import os
+from datetime import timedelta
+
+from dagster import ConfigurableResource
+
+
+class SchedulingSettings(ConfigurableResource):
+    """Live delivery of cron fire times. Fire times older than `catch_up_minutes` when
+    the live sensor gets to them are not queued automatically: their hour's check fails
+    and the hour is backfilled by selecting it. `lookahead_minutes` is how far ahead of
+    its fire times an hour is queued."""
+
+    catch_up_minutes: int = 15
+    lookahead_minutes: int = 5
+
+    @property
+    def catch_up(self) -> timedelta:
+        return timedelta(minutes=self.catch_up_minutes)
+
+    @property
+    def lookahead(self) -> timedelta:
+        return timedelta(minutes=self.lookahead_minutes)
+
+
+def scheduling_settings_from_env() -> SchedulingSettings:
+    return SchedulingSettings(
+        catch_up_minutes=int(os.environ.get("ROTA_SCHEDULE_CATCHUP_MINUTES", "15")),
+        lookahead_minutes=int(os.environ.get("ROTA_SCHEDULE_LOOKAHEAD_MINUTES", "5")),
+    )

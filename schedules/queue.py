@@ -1,0 +1,65 @@
+"""Sensors that keep the job queue flowing: live delivery of cron fire times, and event
+dispatch."""
+
+from datetime import datetime, timezone
+
+from dagster import (
+    AssetSelection,
+    DefaultSensorStatus,
+    RunRequest,
+    SensorEvaluationContext,
+    SkipReason,
+    sensor,
+)
+from sqlalchemy import text
+
+from pipelines.queue import dispatch_new_events
+from pipelines.queue_assets import HOURLY, LIVE_TAG, SCHEDULED_RUNS
+from pipelines.scheduling import live_hours
+from resources.postgres import PostgresResource
+from resources.scheduling import SchedulingSettings
+
+_JOBS_FINGERPRINT = text(
+    "SELECT coalesce(md5(string_agg(concat_ws('|', id, schedule, timezone, enabled), ',' ORDER BY id)), '') "
+    "FROM job WHERE schedule IS NOT NULL"
+)
+
+
+@sensor(
+    name="scheduled_runs_sensor",
+    target=AssetSelection.assets(SCHEDULED_RUNS),
+    minimum_interval_seconds=30,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Live delivery: queues each hour's fire times a few minutes before the hour "
+                "(run_at = scheduled_for), and again whenever the cron jobs change.",
+)
+def scheduled_runs_sensor(context: SensorEvaluationContext, database: PostgresResource,
+                          scheduling: SchedulingSettings):
+    now = datetime.now(timezone.utc)
+    with database.engine().connect() as conn:
+        fingerprint = conn.execute(_JOBS_FINGERPRINT).scalar_one()
+    for hour in live_hours(now, scheduling.catch_up, scheduling.lookahead):
+        key = HOURLY.get_partition_key_for_timestamp(hour.timestamp())
+        yield RunRequest(
+            run_key=f"{key}|{fingerprint}",
+            partition_key=key,
+            run_config={"ops": {SCHEDULED_RUNS: {"config": {"as_of": now.isoformat()}}}},
+            tags={LIVE_TAG: "true"},
+        )
+
+
+@sensor(
+    name="event_dispatch_sensor",
+    minimum_interval_seconds=15,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Queues one run per new event and subscribed job. The cursor is the last "
+                "event id; a replayed cursor creates no duplicate (job_queue_event_identity).",
+)
+def event_dispatch_sensor(context: SensorEvaluationContext, database: PostgresResource):
+    cursor = int(context.cursor or 0)
+    created, new_cursor = dispatch_new_events(database.engine(), cursor)
+    context.update_cursor(str(new_cursor))
+    return SkipReason(f"queued {created} event runs; cursor {cursor} -> {new_cursor}")
+
+
+QUEUE_SENSORS = [scheduled_runs_sensor, event_dispatch_sensor]

@@ -1,0 +1,171 @@
+"""Cron fire times (DST policy pinned), the scheduled-runs asset and the queue sensors."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from dagster import DagsterInstance, build_sensor_context, materialize
+from sqlalchemy import insert, text
+
+from pipelines.cron import InvalidCron, fire_times, validate_cron
+from pipelines.definitions import defs
+from pipelines.queue import register_job
+from pipelines.queue_assets import FIRE_TIMES_CHECK, LIVE_TAG, SCHEDULED_RUNS
+from pipelines.scheduling import live_hours
+from pipelines.schema import event
+from tests.helpers import database_fingerprint
+
+UTC = timezone.utc
+
+
+def utc(*args):
+    return datetime(*args, tzinfo=UTC)
+
+
+def iso(instants):
+    return [t.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ") for t in instants]
+
+
+@pytest.mark.parametrize("zone, cron, start, end, expected", [
+    # New York springs forward 2026-03-08 02:00 EST -> 03:00 EDT (07:00Z): 02:30 does not
+    # exist and fires once at 03:00 EDT.
+    ("America/New_York", "30 2 * * *", utc(2026, 3, 7), utc(2026, 3, 10),
+     ["2026-03-07T07:30Z", "2026-03-08T07:00Z", "2026-03-09T06:30Z"]),
+    # Every minute of the gap maps to one instant, which fires once.
+    ("America/New_York", "*/10 2 * * *", utc(2026, 3, 8), utc(2026, 3, 9), ["2026-03-08T07:00Z"]),
+    # New York falls back 2026-11-01 02:00 EDT -> 01:00 EST: 01:30 happens twice, fires once.
+    ("America/New_York", "30 1 * * *", utc(2026, 10, 31), utc(2026, 11, 3),
+     ["2026-10-31T05:30Z", "2026-11-01T05:30Z", "2026-11-02T06:30Z"]),
+    # London springs forward 2026-03-29 01:00 GMT -> 02:00 BST (01:00Z).
+    ("Europe/London", "30 1 * * *", utc(2026, 3, 28), utc(2026, 3, 31),
+     ["2026-03-28T01:30Z", "2026-03-29T01:00Z", "2026-03-30T00:30Z"]),
+    # London falls back 2026-10-25 02:00 BST -> 01:00 GMT: the repeated 01:00 fires once.
+    ("Europe/London", "0 * * * *", utc(2026, 10, 24, 23), utc(2026, 10, 25, 3),
+     ["2026-10-24T23:00Z", "2026-10-25T00:00Z", "2026-10-25T02:00Z"]),
+    ("Asia/Kathmandu", "0 9 * * 1-5", utc(2026, 8, 28), utc(2026, 9, 1),
+     ["2026-08-28T03:15Z", "2026-08-31T03:15Z"]),
+])
+def test_fire_times_follow_the_dst_policy(zone, cron, start, end, expected):
+    assert iso(fire_times(cron, zone, start, end)) == expected
+
+
+def test_a_window_is_half_open_so_adjacent_hours_never_share_a_fire_time():
+    first = fire_times("*/15 * * * *", "UTC", utc(2026, 8, 31, 10), utc(2026, 8, 31, 11))
+    second = fire_times("*/15 * * * *", "UTC", utc(2026, 8, 31, 11), utc(2026, 8, 31, 12))
+    assert iso(first) == ["2026-08-31T10:00Z", "2026-08-31T10:15Z", "2026-08-31T10:30Z", "2026-08-31T10:45Z"]
+    assert first[-1] < second[0] and len(second) == 4
+
+
+@pytest.mark.parametrize("cron, message", [
+    ("* * * *", "has 4 fields"),
+    ("0 0 * * * *", "has 6 fields"),
+    ("61 * * * *", "not a valid cron"),
+    ("@hourly", "has 1 fields"),
+])
+def test_invalid_crons_are_refused_naming_them(cron, message):
+    with pytest.raises(InvalidCron, match=message):
+        validate_cron(cron)
+
+
+def test_a_job_with_an_invalid_cron_is_refused_by_rota_and_by_the_database(engine):
+    with pytest.raises(InvalidCron, match="61 \\* \\* \\* \\*"):
+        register_job(engine, "bad", schedule="61 * * * *")
+    with pytest.raises(Exception, match="job_schedule_cron_shape"):
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO job (name, schedule) VALUES ('bad', 'every day')"))
+
+
+def test_live_delivery_queues_the_next_hour_ahead_of_its_first_fire_time():
+    assert live_hours(utc(2026, 8, 31, 10, 54), timedelta(minutes=15), timedelta(minutes=5)) == [utc(2026, 8, 31, 10)]
+    assert live_hours(utc(2026, 8, 31, 10, 55), timedelta(minutes=15), timedelta(minutes=5)) == [
+        utc(2026, 8, 31, 10), utc(2026, 8, 31, 11)]
+    assert live_hours(utc(2026, 8, 31, 11, 10), timedelta(minutes=15), timedelta(minutes=5)) == [
+        utc(2026, 8, 31, 10), utc(2026, 8, 31, 11)]
+
+
+def materialize_hours(first, last, as_of=None, live=False, raise_on_error=True):
+    return materialize(
+        [defs.resolve_assets_def(SCHEDULED_RUNS)],
+        instance=DagsterInstance.ephemeral(),
+        tags={"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last,
+              **({LIVE_TAG: "true"} if live else {})},
+        run_config={"ops": {SCHEDULED_RUNS: {"config": {"as_of": as_of}}}} if as_of else None,
+        raise_on_error=raise_on_error,
+    )
+
+
+def queued(engine):
+    with engine.connect() as conn:
+        return conn.execute(text(
+            "SELECT j.name, q.scheduled_for FROM job_queue q JOIN job j ON j.id = q.job_id "
+            "ORDER BY 2, 1")).all()
+
+
+def test_an_hourly_backfill_enqueues_every_fire_time_once(engine):
+    register_job(engine, "quarter-hourly", schedule="*/15 * * * *")
+    register_job(engine, "ny-nightly", schedule="30 2 * * *", timezone="America/New_York")
+    register_job(engine, "off", schedule="* * * * *", enabled=False)
+    register_job(engine, "events-only", event_type="ping")
+    result = materialize_hours("2026-03-08-06:00", "2026-03-08-07:00")
+    assert result.success
+    rows = queued(engine)
+    assert [(name, t.astimezone(UTC).strftime("%H:%M")) for name, t in rows] == [
+        ("quarter-hourly", "06:00"), ("quarter-hourly", "06:15"), ("quarter-hourly", "06:30"),
+        ("quarter-hourly", "06:45"), ("ny-nightly", "07:00"), ("quarter-hourly", "07:00"),
+        ("quarter-hourly", "07:15"), ("quarter-hourly", "07:30"), ("quarter-hourly", "07:45")]
+    check = result.get_asset_check_evaluations()[0]
+    assert (check.check_name, check.passed) == (FIRE_TIMES_CHECK, True)
+    before = database_fingerprint(engine)
+    assert materialize_hours("2026-03-08-06:00", "2026-03-08-07:00").success
+    assert database_fingerprint(engine) == before
+
+
+def test_live_delivery_leaves_stale_fire_times_for_a_visible_backfill(engine):
+    register_job(engine, "every-ten", schedule="*/10 * * * *")
+    live = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:40:00Z", live=True)
+    assert iso(t for _, t in queued(engine)) == ["2026-08-31T10:30Z", "2026-08-31T10:40Z", "2026-08-31T10:50Z"]
+    check = live.get_asset_check_evaluations()[0]
+    assert not check.passed and check.metadata["missing"].value == 3
+    backfill = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:40:00Z")
+    assert len(queued(engine)) == 6 and backfill.get_asset_check_evaluations()[0].passed
+
+
+def test_a_job_whose_cron_cannot_be_read_fails_the_run_by_name_after_the_rest(engine):
+    register_job(engine, "fine", schedule="0 * * * *")
+    with engine.begin() as conn:  # the right shape, but no such minute
+        conn.execute(text("INSERT INTO job (name, schedule) VALUES ('broken', '99 * * * *')"))
+    result = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", raise_on_error=False)
+    assert not result.success
+    assert "broken" in str(result.get_step_failure_events()[0].step_failure_data.error)
+    assert [name for name, _ in queued(engine)] == ["fine"]
+
+
+def evaluate(sensor_name, cursor=None):
+    sensor = defs.resolve_sensor_def(sensor_name)
+    with build_sensor_context(cursor=cursor, definitions=defs, resources=defs.resources,
+                              instance=DagsterInstance.ephemeral()) as context:
+        return sensor.evaluate_tick(context)
+
+
+def test_the_live_sensor_requests_each_hour_again_only_when_the_jobs_change(engine):
+    job_id = register_job(engine, "hourly", schedule="0 * * * *")
+    first = evaluate("scheduled_runs_sensor").run_requests
+    assert first and all(r.tags[LIVE_TAG] == "true" for r in first)
+    assert [r.run_key for r in evaluate("scheduled_runs_sensor").run_requests] == [r.run_key for r in first]
+    register_job(engine, "hourly", schedule="5 * * * *")
+    changed = evaluate("scheduled_runs_sensor").run_requests
+    assert {r.partition_key for r in changed} == {r.partition_key for r in first}
+    assert not {r.run_key for r in changed} & {r.run_key for r in first}
+    assert job_id
+
+
+def test_the_event_sensor_moves_its_cursor_and_a_replay_duplicates_nothing(engine):
+    register_job(engine, "mailer", event_type="ping")
+    with engine.begin() as conn:
+        conn.execute(insert(event), [{"type": "ping"}, {"type": "ping"}, {"type": "pong"}])
+    tick = evaluate("event_dispatch_sensor")
+    assert tick.cursor == "3"
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM job_queue")).scalar_one() == 2
+    before = database_fingerprint(engine)
+    assert evaluate("event_dispatch_sensor", cursor="0").cursor == "3"
+    assert database_fingerprint(engine) == before

@@ -1,0 +1,31 @@
+"""Handlers the worker tests register (loaded with `rota worker --handlers tests.worker_handlers`)."""
+
+import time
+
+from sqlalchemy import text
+
+from pipelines.handlers import handler
+
+RECORD = text("INSERT INTO handler_call (run_id, attempt, job) VALUES (:run_id, :attempt, :job)")
+
+
+def record(run, engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(RECORD, {"run_id": run.id, "attempt": run.attempts, "job": run.job_name})
+
+
+@handler("count")
+def count(run, engine):
+    record(run, engine)
+
+
+@handler("sleep")
+def sleep(run, engine):
+    record(run, engine)
+    time.sleep(float(run.payload.get("seconds", 5)))
+
+
+@handler("boom")
+def boom(run, engine):
+    record(run, engine)
+    raise RuntimeError(f"boom on attempt {run.attempts}: it's a \"quoted\" failure; DROP TABLE job;")
