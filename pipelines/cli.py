@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import create_engine
 
 from pipelines import migrations
-from pipelines.demo import load_demo
+from pipelines.demo import load_demo, register_demo_jobs
 from resources.server import (
     PROJECT_ROOT,
     dagster_database_url,
@@ -102,7 +102,7 @@ def _stop_tree(process: subprocess.Popen, grace: float = 20.0) -> None:
 
 def dev(args: argparse.Namespace) -> int:
     database = Database()
-    dagster = None
+    children: list[subprocess.Popen] = []
     stop = {"requested": False}
 
     def request_stop(signum, _frame):
@@ -114,6 +114,7 @@ def dev(args: argparse.Namespace) -> int:
         migrations.upgrade(database.url)
         engine = create_engine(driver_url(database.url))
         loaded = load_demo(engine)
+        register_demo_jobs(engine)
         engine.dispose()
         if loaded:
             _say(f"loaded {loaded} demo duties")
@@ -134,13 +135,19 @@ def dev(args: argparse.Namespace) -> int:
             return 0
         dagster = subprocess.Popen(command, env=env, cwd=PROJECT_ROOT, preexec_fn=_reset_signals,
                                    start_new_session=True)
-        _say(f"Dagster UI and daemon starting on http://{args.host}:{args.port} (Ctrl-C stops everything)")
-        while not stop["requested"] and dagster.poll() is None:
+        children.append(dagster)
+        rota = str(Path(sys.executable).parent / "rota")
+        for _ in range(args.workers):
+            children.append(subprocess.Popen([rota, "worker"], env=env, cwd=PROJECT_ROOT,
+                                             preexec_fn=_reset_signals, start_new_session=True))
+        _say(f"Dagster UI and daemon starting on http://{args.host}:{args.port}, {args.workers} "
+             "worker(s) claiming queued runs (Ctrl-C stops everything)")
+        while not stop["requested"] and all(child.poll() is None for child in children):
             time.sleep(0.2)
-        return 0 if stop["requested"] else (dagster.returncode or 1)
+        return 0 if stop["requested"] else 1
     finally:
-        if dagster is not None:
-            _stop_tree(dagster)
+        for child in reversed(children):
+            _stop_tree(child)
         database.close()
 
 
@@ -191,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     dev_parser = commands.add_parser("dev", help="start the Dagster UI and daemon with demo data")
     dev_parser.add_argument("--host", default="127.0.0.1")
     dev_parser.add_argument("--port", type=int, default=3000)
+    dev_parser.add_argument("--workers", type=int, default=1, help="`rota worker` processes to run")
     dev_parser.set_defaults(run=dev)
     worker_parser = commands.add_parser("worker", help="claim and execute queued runs until SIGTERM")
     worker_parser.add_argument("--handlers", help="comma-separated modules that register handlers "

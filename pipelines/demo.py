@@ -47,6 +47,13 @@ def demo_duties(count: int = 3000, seed: int = 2026, today: date | None = None) 
     return rows
 
 
+def register_demo_jobs(engine: Engine) -> None:
+    """A cron job in a DST zone and an event-driven one, both run by the `noop` handler."""
+    from pipelines.queue import register_job
+
+    register_job(engine, "noop", schedule="*/5 * * * *", timezone="Europe/London", event_type="demo.ping")
+
+
 def load_demo(engine: Engine) -> int:
     """Load the demo duties into an empty duty table; returns how many were loaded."""
     with engine.begin() as conn:

@@ -1,6 +1,6 @@
-"""rota as a user runs it: `rota dev` starts the real webserver and daemon; a backfill is
-launched through the webserver's GraphQL API as the UI's dialog does; the daemon ticks a
-dispatch schedule; SIGTERM stops everything."""
+"""rota as a user runs it: `rota dev` starts the real webserver, daemon and a worker; a
+backfill is launched through the webserver's GraphQL API as the UI's dialog does; the
+daemon ticks a dispatch schedule; the worker runs a queued run; SIGTERM stops everything."""
 
 import os
 import signal
@@ -16,9 +16,11 @@ import psycopg
 import pytest
 import requests
 from psycopg import sql
+from sqlalchemy import text
 
 from pipelines.periods import period_containing
 from resources.server import dagster_database_url, database_name
+from pipelines.queue import enqueue_scheduled, register_job
 from tests.helpers import add_duty, keys_by_duty
 
 pytestmark = pytest.mark.e2e
@@ -45,6 +47,11 @@ query Status($id: String!) {
   }
 }
 """
+
+
+def run_state(engine, run_id: int) -> str:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT state FROM job_queue WHERE id = :id"), {"id": run_id}).scalar_one()
 
 
 def free_port() -> int:
@@ -129,6 +136,10 @@ def test_rota_dev_backfills_through_graphql_and_the_daemon_ticks_a_schedule(engi
             assert [p.key for p in months] == [k for k in keys[duty_id] if k < this_month.key]
             assert set(keys[duty_id]) - {p.key for p in months} <= {this_month.key}
         assert standing not in keys
+
+        noop = register_job(engine, "noop", schedule="*/5 * * * *", timezone="Europe/London")
+        run_id = enqueue_scheduled(engine, noop, datetime(2026, 1, 1, tzinfo=timezone.utc)).run_id
+        wait_for(lambda: run_state(engine, run_id) == "succeeded", 120, "rota dev's worker to run a queued run")
 
         today = datetime.now(timezone.utc).date().isoformat()
         wait_for(lambda: keys_by_duty(engine).get(daily), 240, "the daemon's daily dispatch tick", interval=2)
