@@ -156,12 +156,12 @@ def worker(args: argparse.Namespace) -> int:
     import threading
     from datetime import timedelta
 
-    from pipelines.handlers import load_handler_modules
+    from pipelines.handlers import BUILTIN_HANDLER_MODULES, load_handler_modules
     from pipelines.worker import Worker, WorkerSettings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     modules = [m for m in (args.handlers or os.environ.get("ROTA_WORKER_HANDLERS", "")).split(",") if m]
-    load_handler_modules(modules)
+    load_handler_modules(BUILTIN_HANDLER_MODULES + modules)
     database = Database()
     engine = create_engine(driver_url(database.url), pool_size=2, max_overflow=2)
     settings = WorkerSettings(

@@ -4,17 +4,25 @@ from dagster import Definitions, EnvVar
 
 from pipelines.assets import TASK_ASSETS
 from pipelines.queue_assets import QUEUE_ASSETS
+from pipelines.sources.nightly import nightly_maintenance
+from resources.github import github_from_env
+from resources.maintenance import maintenance_settings_from_env
 from resources.postgres import PostgresResource
 from resources.scheduling import scheduling_settings_from_env
 from schedules.dispatch import DISPATCH_SCHEDULES
+from schedules.github import GITHUB_SENSORS
+from schedules.maintenance import MAINTENANCE_JOBS, MAINTENANCE_SCHEDULES
 from schedules.queue import QUEUE_SENSORS
 
 defs = Definitions(
-    assets=[*TASK_ASSETS, *QUEUE_ASSETS],
-    schedules=[*DISPATCH_SCHEDULES],
-    sensors=[*QUEUE_SENSORS],
+    assets=[*TASK_ASSETS, *QUEUE_ASSETS, nightly_maintenance],
+    jobs=[*MAINTENANCE_JOBS],
+    schedules=[*DISPATCH_SCHEDULES, *MAINTENANCE_SCHEDULES],
+    sensors=[*QUEUE_SENSORS, *GITHUB_SENSORS],
     resources={
         "database": PostgresResource(database_url=EnvVar("ROTA_DATABASE_URL")),
         "scheduling": scheduling_settings_from_env(),
+        "maintenance": maintenance_settings_from_env(),
+        "github": github_from_env(),
     },
 )

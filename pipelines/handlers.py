@@ -11,6 +11,8 @@ from pipelines.queue import ClaimedRun
 
 Handler = Callable[[ClaimedRun, Engine], None]
 HANDLERS: dict[str, Handler] = {}
+# Modules whose handlers every worker has: the Sources' own jobs.
+BUILTIN_HANDLER_MODULES = ["pipelines.sources.nightly", "pipelines.sources.github"]
 log = logging.getLogger(__name__)
 
 

@@ -15,7 +15,8 @@ from datetime import datetime, timedelta
 from typing import Iterator
 from uuid import UUID
 
-from sqlalchemy import ARRAY, BigInteger, Connection, DateTime, Engine, bindparam, text
+from sqlalchemy import ARRAY, BigInteger, Connection, DateTime, Engine, Text, bindparam, text
+from sqlalchemy.dialects.postgresql import JSONB
 
 from pipelines.cron import validate_cron
 
@@ -52,19 +53,32 @@ def _aware(instant: datetime, name: str) -> datetime:
 
 # ---------------------------------------------------------------------------- jobs
 
+# An unchanged job is found by the first CTE and not offered to the INSERT at all: the
+# upsert would otherwise consume an identity value (and lock the row) on every call.
 _REGISTER_JOB = text(
     """
-    INSERT INTO job (name, workspace_id, schedule, timezone, event_type, enabled, max_attempts)
-    VALUES (:name, :workspace_id, :schedule, :timezone, :event_type, :enabled, :max_attempts)
-    ON CONFLICT ON CONSTRAINT job_name_key DO UPDATE
-    SET workspace_id = EXCLUDED.workspace_id, schedule = EXCLUDED.schedule,
-        timezone = EXCLUDED.timezone, event_type = EXCLUDED.event_type,
-        enabled = EXCLUDED.enabled, max_attempts = EXCLUDED.max_attempts
-    WHERE (job.workspace_id, job.schedule, job.timezone, job.event_type, job.enabled, job.max_attempts)
-          IS DISTINCT FROM
-          (EXCLUDED.workspace_id, EXCLUDED.schedule, EXCLUDED.timezone, EXCLUDED.event_type,
-           EXCLUDED.enabled, EXCLUDED.max_attempts)
-    RETURNING id
+    WITH offered AS (
+        SELECT CAST(:name AS text) AS name, CAST(:workspace_id AS uuid) AS workspace_id,
+               CAST(:schedule AS text) AS schedule, CAST(:timezone AS text) AS timezone,
+               CAST(:event_type AS text) AS event_type, CAST(:enabled AS boolean) AS enabled,
+               CAST(:max_attempts AS integer) AS max_attempts
+    ),
+    same AS (
+        SELECT j.id FROM job j JOIN offered o ON j.name = o.name
+        WHERE (j.workspace_id, j.schedule, j.timezone, j.event_type, j.enabled, j.max_attempts)
+              IS NOT DISTINCT FROM
+              (o.workspace_id, o.schedule, o.timezone, o.event_type, o.enabled, o.max_attempts)
+    ),
+    upserted AS (
+        INSERT INTO job (name, workspace_id, schedule, timezone, event_type, enabled, max_attempts)
+        SELECT * FROM offered WHERE NOT EXISTS (SELECT 1 FROM same)
+        ON CONFLICT ON CONSTRAINT job_name_key DO UPDATE
+        SET workspace_id = EXCLUDED.workspace_id, schedule = EXCLUDED.schedule,
+            timezone = EXCLUDED.timezone, event_type = EXCLUDED.event_type,
+            enabled = EXCLUDED.enabled, max_attempts = EXCLUDED.max_attempts
+        RETURNING id
+    )
+    SELECT id FROM same UNION ALL SELECT id FROM upserted
     """
 )
 
@@ -86,10 +100,7 @@ def register_job(
     values = {"name": name, "workspace_id": workspace_id, "schedule": schedule, "timezone": timezone,
               "event_type": event_type, "enabled": enabled, "max_attempts": max_attempts}
     with transaction(conn) as c:
-        job_id = c.execute(_REGISTER_JOB, values).scalar()
-        if job_id is None:
-            job_id = c.execute(text("SELECT id FROM job WHERE name = :name"), {"name": name}).scalar_one()
-        return job_id
+        return c.execute(_REGISTER_JOB, values).scalar_one()
 
 
 # ---------------------------------------------------------------- scheduled runs
@@ -206,6 +217,85 @@ def dispatch_new_events(
                                            "lookback": lookback.total_seconds()}).scalars())
         created = dispatch_events(c, ids)
     return created, max([cursor, *ids])
+
+
+# ------------------------------------------------------------------ source runs
+
+# Offered rows that would change nothing (same payload, or a run that is no longer
+# queued) are filtered out before the INSERT: ON CONFLICT DO UPDATE would otherwise lock
+# the existing row and consume an identity value even when its WHERE refuses the update.
+_PRODUCE_MANY = text(
+    """
+    WITH offered AS (
+        SELECT * FROM unnest(:refs, :job_ids, :payloads) AS o(source_ref, job_id, payload)
+    )
+    INSERT INTO job_queue (job_id, workspace_id, source, source_ref, payload, run_at)
+    SELECT o.job_id, (SELECT workspace_id FROM job WHERE id = o.job_id), :source, o.source_ref,
+           o.payload, now()
+    FROM offered o
+    WHERE NOT EXISTS (
+        SELECT 1 FROM job_queue q
+        WHERE q.source = :source AND q.source_ref = o.source_ref
+          AND (q.state <> 'queued' OR q.payload = o.payload)
+    )
+    ORDER BY o.source_ref
+    ON CONFLICT ON CONSTRAINT job_queue_source_identity DO UPDATE
+    SET payload = EXCLUDED.payload, updated_at = now()
+    WHERE job_queue.state = 'queued' AND job_queue.payload IS DISTINCT FROM EXCLUDED.payload
+    RETURNING source_ref, xmax = 0 AS created
+    """
+).bindparams(
+    bindparam("refs", type_=ARRAY(Text)),
+    bindparam("job_ids", type_=ARRAY(BigInteger)),
+    bindparam("payloads", type_=ARRAY(JSONB)),
+)
+
+_JOB_IDS = text("SELECT name, id FROM job WHERE name = ANY(:names)").bindparams(
+    bindparam("names", type_=ARRAY(Text))
+)
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What producing did to each ref: created, refreshed (payload replaced while still
+    queued) or unchanged (same payload, or the run is running or finished)."""
+
+    outcomes: dict[str, str]
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for o in self.outcomes.values() if o == outcome)
+
+
+def produce_many(conn: Connection | Engine, source: str, items: list[tuple[str, str, dict]]) -> Produced:
+    """Produce runs from one source: items are (source_ref, job_name, payload). Upserts on
+    `job_queue_source_identity`; a run that is running or finished is never modified; an
+    identical second produce writes nothing at all."""
+    if not source:
+        raise ValueError("a source needs a name")
+    latest = {ref: (job_name, payload) for ref, job_name, payload in items}
+    for ref in latest:
+        if not ref:
+            raise ValueError(f"source {source!r}: an empty source_ref")
+    with transaction(conn) as c:
+        names = sorted({job_name for job_name, _ in latest.values()})
+        job_ids = dict(c.execute(_JOB_IDS, {"names": names}).all())
+        unknown = [n for n in names if n not in job_ids]
+        if unknown:
+            raise LookupError(f"source {source!r}: no job named {', '.join(map(repr, unknown))}")
+        refs = sorted(latest)
+        returned = dict(c.execute(_PRODUCE_MANY, {
+            "source": source,
+            "refs": refs,
+            "job_ids": [job_ids[latest[ref][0]] for ref in refs],
+            "payloads": [latest[ref][1] for ref in refs],
+        }).all())
+    return Produced({ref: ("created" if returned[ref] else "refreshed") if ref in returned else "unchanged"
+                     for ref in refs})
+
+
+def produce(conn: Connection | Engine, source: str, source_ref: str, job_name: str, payload: dict) -> str:
+    """Produce one run: returns "created", "refreshed" or "unchanged"."""
+    return produce_many(conn, source, [(source_ref, job_name, payload)]).outcomes[source_ref]
 
 
 # ----------------------------------------------------------------------- claims
@@ -381,7 +471,7 @@ def reclaim_expired(conn: Connection | Engine) -> dict[str, int]:
 
 
 __all__ = [
-    "AlreadyQueued", "ClaimedRun", "Enqueued", "claim_due_runs", "complete", "dispatch_events",
-    "dispatch_new_events", "enqueue_scheduled", "enqueue_scheduled_many", "extend_leases", "fail",
-    "reclaim_expired", "register_job", "release",
+    "AlreadyQueued", "ClaimedRun", "Enqueued", "Produced", "claim_due_runs", "complete",
+    "dispatch_events", "dispatch_new_events", "enqueue_scheduled", "enqueue_scheduled_many",
+    "extend_leases", "fail", "produce", "produce_many", "reclaim_expired", "register_job", "release",
 ]

@@ -1,6 +1,8 @@
 """Scheduled runs in Dagster: one hourly partition per hour of cron fire times."""
 
 
+from datetime import datetime, timezone
+
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -19,6 +21,7 @@ from pipelines.assets import AsOfConfig, run_instant
 from pipelines.queue import enqueue_scheduled_many
 from pipelines.scheduling import ScheduledJob, plan_fire_times
 from resources.postgres import PostgresResource
+from resources.maintenance import MaintenanceSettings
 from resources.scheduling import SchedulingSettings
 
 LIVE_TAG = "rota/live"
@@ -54,10 +57,16 @@ _MISSING_RUNS = text(
                 "backfill it by selecting its range.",
 )
 def scheduled_runs(context: AssetExecutionContext, config: AsOfConfig, database: PostgresResource,
-                   scheduling: SchedulingSettings) -> MaterializeResult:
+                   scheduling: SchedulingSettings, maintenance: MaintenanceSettings) -> MaterializeResult:
     as_of = run_instant(config)
     live = context.run.tags.get(LIVE_TAG) == "true"
     window = context.partition_time_window
+    oldest = maintenance.oldest_backfill(datetime.now(timezone.utc))
+    if window.start < oldest:
+        raise Failure(description=(
+            f"hours from {window.start.isoformat()} lie beyond the backfill horizon "
+            f"({maintenance.backfill_horizon_days} days, oldest allowed {oldest.isoformat()}): their runs "
+            "may already have been pruned, so queueing them again could run them twice."))
     engine = database.engine()
     with engine.connect() as conn:
         jobs = [ScheduledJob(*row) for row in conn.execute(_SCHEDULED_JOBS)]

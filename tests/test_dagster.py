@@ -38,9 +38,11 @@ def metadata(result, name):
 def test_the_definitions_load_with_every_asset_schedule_and_sensor():
     repository = defs.get_repository_def()
     assert sorted(k.to_user_string() for k in repository.asset_graph.get_all_asset_keys()) == sorted(
-        [f"{f}_tasks" for f in FREQUENCIES] + ["scheduled_runs"])
-    assert sorted(s.name for s in repository.schedule_defs) == sorted(f"{f}_tasks_schedule" for f in FREQUENCIES)
-    assert sorted(s.name for s in repository.sensor_defs) == ["event_dispatch_sensor", "scheduled_runs_sensor"]
+        [f"{f}_tasks" for f in FREQUENCIES] + ["nightly_maintenance", "scheduled_runs"])
+    assert sorted(s.name for s in repository.schedule_defs) == sorted(
+        [f"{f}_tasks_schedule" for f in FREQUENCIES] + ["nightly_maintenance_schedule"])
+    assert sorted(s.name for s in repository.sensor_defs) == [
+        "event_dispatch_sensor", "github_issues_sensor", "scheduled_runs_sensor"]
 
 
 @pytest.mark.parametrize("frequency", FREQUENCIES)

@@ -1,0 +1,33 @@
+"""Sources: producers of work outside rota's own schedules.
+
+A Source names the `job_queue.source` its runs carry, the job (and so the handler) that
+executes them, and the convention by which it builds a `source_ref`. The ref is the
+run's identity: `produce` upserts on `job_queue_source_identity (source, source_ref)`.
+A convention can never change once runs exist: a new convention would not recognise
+the old refs and would produce every piece of work again. Each Source's convention is
+pinned by a test.
+
+A new Source is one module (its `Source`, its producer, its handler) plus one line in
+`SOURCES` below."""
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    job_name: str
+    ref_convention: str
+    ref: Callable[..., str]
+
+
+def _registry() -> dict[str, Source]:
+    from pipelines.sources.github import GITHUB
+    from pipelines.sources.nightly import NIGHTLY
+
+    return {source.name: source for source in (NIGHTLY, GITHUB)}
+
+
+def sources() -> dict[str, Source]:
+    return _registry()

@@ -1,0 +1,176 @@
+"""The GitHub Source: one run per open issue.
+
+Ref convention: `owner/repo#number`. A reopened issue has the same ref, so it produces no
+new run: its existing run is refreshed if it is still queued, and left alone once it has
+run (a Source-level policy: an issue is one piece of work however often it reopens).
+Pull requests, which GitHub's issues endpoint also returns, are excluded.
+
+Polling is cheap when nothing changed: the first page is requested with the ETag of the
+last poll (`If-None-Match`), and a 304 ends the poll for that repository. Later pages
+follow the `Link: rel="next"` header. A rate-limit answer is waited out until its reset
+(never hammered); timeouts and 5xx answers are retried with backoff. A repository's pages
+are all fetched before anything is written, so a bad page writes nothing."""
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import requests
+from sqlalchemy import Engine
+
+from pipelines.handlers import handler
+from pipelines.queue import ClaimedRun, Produced, produce_many, register_job
+from pipelines.sources import Source
+
+log = logging.getLogger(__name__)
+
+
+def issue_ref(repository: str, number: int) -> str:
+    return f"{repository}#{number}"
+
+
+GITHUB = Source(name="github", job_name="github-issue", ref_convention="owner/repo#number", ref=issue_ref)
+RETRIES = 4
+
+
+class GitHubError(RuntimeError):
+    pass
+
+
+class RateLimited(GitHubError):
+    pass
+
+
+@dataclass
+class RepoCursor:
+    etag: str | None = None
+    since: str | None = None
+
+
+@dataclass
+class RepoPoll:
+    repository: str
+    cursor: RepoCursor
+    not_modified: bool = False
+    issues: list[dict] = field(default_factory=list)
+    pull_requests_skipped: int = 0
+    requests: int = 0
+
+
+class GitHubClient:
+    def __init__(self, api_url: str, token: str | None, *, timeout: float = 10.0, max_wait: float = 60.0,
+                 backoff: float = 1.0, sleep: Callable[[float], None] = time.sleep,
+                 session: requests.Session | None = None):
+        self.api_url = api_url.rstrip("/")
+        self.timeout = timeout
+        self.max_wait = max_wait
+        self.backoff = backoff
+        self.sleep = sleep
+        self.session = session or requests.Session()
+        self.session.headers.update({"Accept": "application/vnd.github+json",
+                                     "X-GitHub-Api-Version": "2022-11-28"})
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def _rate_limit_wait(self, response: requests.Response) -> float | None:
+        if response.status_code not in (403, 429):
+            return None
+        if "Retry-After" in response.headers:
+            return float(response.headers["Retry-After"])
+        if response.headers.get("X-RateLimit-Remaining") == "0" and "X-RateLimit-Reset" in response.headers:
+            return max(0.0, float(response.headers["X-RateLimit-Reset"]) - time.time()) + 0.5
+        return None
+
+    def get(self, repository: str, url: str, *, params: dict | None = None,
+            headers: dict | None = None) -> requests.Response:
+        """GET with retries: timeouts, connection errors and 5xx back off and retry; a
+        rate-limit answer waits for its reset (up to max_wait, else RateLimited)."""
+        for attempt in range(1, RETRIES + 1):
+            try:
+                response = self.session.get(url, params=params, headers=headers, timeout=self.timeout)
+            except (requests.Timeout, requests.ConnectionError) as error:
+                if attempt == RETRIES:
+                    raise GitHubError(f"{repository}: GitHub did not answer after {RETRIES} tries: "
+                                      f"{type(error).__name__}") from None
+                self.sleep(self.backoff * 2 ** (attempt - 1))
+                continue
+            wait = self._rate_limit_wait(response)
+            if wait is not None:
+                if wait > self.max_wait or attempt == RETRIES:
+                    raise RateLimited(f"{repository}: rate limited by GitHub for {wait:.0f}s more; "
+                                      "the next poll resumes")
+                log.warning("%s: rate limited; waiting %.1fs for the reset", repository, wait)
+                self.sleep(wait)
+                continue
+            if response.status_code >= 500:
+                if attempt == RETRIES:
+                    raise GitHubError(f"{repository}: GitHub answered {response.status_code} "
+                                      f"{RETRIES} times")
+                self.sleep(self.backoff * 2 ** (attempt - 1))
+                continue
+            return response
+        raise AssertionError("unreachable")
+
+    def open_issues(self, repository: str, cursor: RepoCursor) -> RepoPoll:
+        poll = RepoPoll(repository, RepoCursor(cursor.etag, cursor.since))
+        params = {"state": "open", "sort": "updated", "direction": "asc", "per_page": 100}
+        if cursor.since:
+            params["since"] = cursor.since
+        url: str | None = f"{self.api_url}/repos/{repository}/issues"
+        page = 0
+        while url:
+            page += 1
+            first = page == 1
+            headers = {"If-None-Match": cursor.etag} if first and cursor.etag else None
+            response = self.get(repository, url, params=params if first else None, headers=headers)
+            poll.requests += 1
+            if first and response.status_code == 304:
+                poll.not_modified = True
+                return poll
+            if response.status_code != 200:
+                raise GitHubError(f"{repository}: GitHub answered {response.status_code} on page {page}: "
+                                  f"{response.text[:200]!r}")
+            try:
+                items = response.json()
+            except (json.JSONDecodeError, ValueError) as error:
+                raise GitHubError(f"{repository}: malformed JSON on page {page}: {error}") from None
+            if not isinstance(items, list):
+                raise GitHubError(f"{repository}: page {page} is not a list of issues")
+            for item in items:
+                if not isinstance(item, dict) or not isinstance(item.get("number"), int):
+                    raise GitHubError(f"{repository}: page {page} holds an entry without an issue number")
+                if "pull_request" in item:
+                    poll.pull_requests_skipped += 1
+                    continue
+                poll.issues.append(item)
+            if first:
+                poll.cursor.etag = response.headers.get("ETag")
+            url = response.links.get("next", {}).get("url")
+        updated = [i["updated_at"] for i in poll.issues if i.get("updated_at")]
+        if updated:
+            poll.cursor.since = max([*updated, *( [cursor.since] if cursor.since else [])])
+        return poll
+
+
+def issue_payload(repository: str, issue: dict) -> dict:
+    return {"repository": repository, "number": issue["number"], "title": issue.get("title") or "",
+            "url": issue.get("html_url") or ""}
+
+
+def produce_issues(engine: Engine, poll: RepoPoll) -> Produced:
+    """Produce one run per open issue of one repository, in one statement."""
+    register_job(engine, GITHUB.job_name)
+    return produce_many(engine, GITHUB.name, [
+        (GITHUB.ref(poll.repository, issue["number"]), GITHUB.job_name, issue_payload(poll.repository, issue))
+        for issue in poll.issues
+    ])
+
+
+@handler(GITHUB.job_name)
+def handle_issue(run: ClaimedRun, engine: Engine) -> None:
+    """A placeholder: a deployment registers the real triage under this job's name."""
+    log.info("GitHub issue %s: %s", run.source_ref, run.payload.get("title"))
+
+
