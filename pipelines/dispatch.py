@@ -1,10 +1,11 @@
 """The dispatch writer: reads duties in keyset pages, plans each page, writes the tasks.
 
-Every write is one set-based statement per page (`INSERT … SELECT FROM unnest(…) ON
-CONFLICT ON CONSTRAINT task_dispatch_identity DO NOTHING RETURNING`). Rows that already
-exist are filtered out inside the statement, so a run that changes nothing writes
-nothing, not even a consumed identity value; `ON CONFLICT` stays the guard against a
-racing writer. The dispatcher never updates or deletes a task.
+Every write is one set-based statement per page (`INSERT … SELECT … ON CONFLICT ON
+CONSTRAINT task_dispatch_identity DO NOTHING RETURNING`) over rows copied into a
+temporary table. Rows that already exist are filtered out inside the statement, so a
+run that changes nothing writes nothing, not even a consumed identity value; `ON
+CONFLICT` stays the guard against a racing writer. The dispatcher never updates or
+deletes a task.
 """
 
 import logging
@@ -16,44 +17,51 @@ from datetime import datetime
 from typing import Callable, TypeVar
 
 from psycopg import errors as pg_errors
-from sqlalchemy import ARRAY, BigInteger, Date, Engine, Text, bindparam, text
-from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from pipelines.periods import Period
-from pipelines.planner import DutyRow, Mode, Plan, TaskRow, plan
+from pipelines.planner import DutyRow, Mode, Plan, plan
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PAGE_SIZE = 10_000
+DEFAULT_PAGE_SIZE = 20_000
 DEADLOCK_RETRIES = 8
 
-_READ_PAGE = text(
-    """
+_READ_PAGE = """
     SELECT id, workspace_id, kind, frequency, timezone, lead_days,
-           effective_from, effective_to, state
+           effective_from, effective_to, state, last_dispatched_period
     FROM duty
-    WHERE frequency = :frequency AND kind = 'recurring' AND state = 'active' AND id > :after
+    WHERE frequency = %(frequency)s AND kind = 'recurring' AND state = 'active' AND id > %(after)s
     ORDER BY id
-    LIMIT :page_size
-    """
-)
+    LIMIT %(page_size)s
+"""
 
-# `last_dispatched_period` moves in the same statement as the tasks that move it, and
-# only forward: keys of one frequency sort chronologically, and a duty whose newest task
-# did not change is not written at all.
-_WRITE_PAGE = text(
-    """
-    WITH offered AS (
-        SELECT *
-        FROM unnest(:duty_ids, :period_keys, :workspace_ids, :period_starts, :due_dates,
-                    :visible_froms)
-             AS o(duty_id, period_key, workspace_id, period_start, due_date, visible_from)
-    ),
-    inserted AS (
+# Offered rows reach the server by binary COPY into a temporary table: binding them as
+# array parameters costs more than the insert itself (shared/PERF.md). The table lives
+# as long as the pooled connection and is emptied at every commit.
+_OFFERED_TABLE = """
+    CREATE TEMPORARY TABLE IF NOT EXISTS offered_task (
+        duty_id bigint, period_key text, workspace_id uuid,
+        period_start date, due_date date, visible_from date
+    ) ON COMMIT DELETE ROWS
+"""
+_COPY_OFFERED = (
+    "COPY offered_task (duty_id, period_key, workspace_id, period_start, due_date, visible_from) "
+    "FROM STDIN (FORMAT BINARY)"
+)
+_COPY_TYPES = ["int8", "text", "uuid", "date", "date", "date"]
+
+# Rows that already exist are filtered out inside the INSERT, so they consume no identity
+# value; ON CONFLICT ON CONSTRAINT task_dispatch_identity stays the guard against a
+# racing writer. `last_dispatched_period` moves in the same statement as the tasks that
+# move it, and only forward: keys of one frequency sort chronologically, and a duty
+# whose newest task did not change is not written at all.
+_WRITE_OFFERED = """
+    WITH inserted AS (
         INSERT INTO task (duty_id, period_key, workspace_id, period_start, due_date, visible_from)
         SELECT o.duty_id, o.period_key, o.workspace_id, o.period_start, o.due_date, o.visible_from
-        FROM offered o
+        FROM offered_task o
         WHERE NOT EXISTS (
             SELECT 1 FROM task t WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key
         )
@@ -62,41 +70,29 @@ _WRITE_PAGE = text(
         RETURNING duty_id, period_key
     ),
     newest AS (
-        SELECT duty_id, max(period_key) AS period_key FROM inserted GROUP BY duty_id
+        SELECT duty_id, max(period_key) AS period_key, count(*) AS created
+        FROM inserted GROUP BY duty_id
     ),
     advanced AS (
         UPDATE duty d
         SET last_dispatched_period = n.period_key
         FROM newest n
-        WHERE d.id = n.duty_id
+        WHERE d.id = n.duty_id AND d.id BETWEEN %(first_id)s AND %(last_id)s
           AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < n.period_key)
         RETURNING d.id
     )
-    SELECT duty_id FROM inserted
-    """
-).bindparams(
-    bindparam("duty_ids", type_=ARRAY(BigInteger)),
-    bindparam("period_keys", type_=ARRAY(Text)),
-    bindparam("workspace_ids", type_=ARRAY(UUID(as_uuid=True))),
-    bindparam("period_starts", type_=ARRAY(Date)),
-    bindparam("due_dates", type_=ARRAY(Date)),
-    bindparam("visible_froms", type_=ARRAY(Date)),
-)
+    SELECT duty_id, created FROM newest
+"""
 
-# The completeness check: offered rows with no task after the write (there must be none).
-_MISSING = text(
-    """
-    SELECT o.duty_id, o.period_key
-    FROM unnest(:duty_ids, :period_keys) AS o(duty_id, period_key)
+# The completeness check, in the same transaction after the write: offered rows with
+# no task (there must be none).
+_MISSING = """
+    SELECT o.duty_id, o.period_key FROM offered_task o
     WHERE NOT EXISTS (
         SELECT 1 FROM task t WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key
     )
     ORDER BY 1, 2
-    """
-).bindparams(
-    bindparam("duty_ids", type_=ARRAY(BigInteger)),
-    bindparam("period_keys", type_=ARRAY(Text)),
-)
+"""
 
 
 @dataclass
@@ -146,39 +142,33 @@ def _retrying_deadlocks(work: Callable[[], T], report: DispatchReport) -> T:
     raise AssertionError("unreachable")
 
 
-def _columns(tasks: list[TaskRow]) -> dict[str, list]:
-    return {
-        "duty_ids": [t.duty_id for t in tasks],
-        "period_keys": [t.period_key for t in tasks],
-        "workspace_ids": [t.workspace_id for t in tasks],
-        "period_starts": [t.period_start for t in tasks],
-        "due_dates": [t.due_date for t in tasks],
-        "visible_froms": [t.visible_from for t in tasks],
-    }
-
-
 def write_plan(engine: Engine, page_plan: Plan, report: DispatchReport) -> None:
     """Write one page's tasks in one transaction and verify that every one now exists."""
     if not page_plan.tasks:
         return
-    columns = _columns(page_plan.tasks)
 
-    def work() -> list[int]:
+    def work() -> tuple[dict[int, int], list[tuple[int, str]]]:
         with engine.begin() as conn:
-            return list(conn.execute(_WRITE_PAGE, columns).scalars())
+            cursor = conn.connection.driver_connection.cursor()
+            cursor.execute(_OFFERED_TABLE)
+            with cursor.copy(_COPY_OFFERED) as copy:
+                copy.set_types(_COPY_TYPES)
+                for row in page_plan.tasks:
+                    copy.write_row(row)
+            # The page's id range lets the duty update use the primary key, not a scan.
+            bounds = {"first_id": page_plan.tasks[0].duty_id, "last_id": page_plan.tasks[-1].duty_id}
+            created = dict(cursor.execute(_WRITE_OFFERED, bounds).fetchall())
+            missing = cursor.execute(_MISSING).fetchall()
+            return created, missing
 
-    created = Counter(_retrying_deadlocks(work, report))
+    created, missing = _retrying_deadlocks(work, report)
     planned = Counter(t.duty_id for t in page_plan.tasks)
     for duty_id, n in planned.items():
         timezone = page_plan.timezone_of[duty_id]
-        report.counts[(timezone, "created")] += created[duty_id]
-        report.counts[(timezone, "existing")] += n - created[duty_id]
-    with engine.connect() as conn:
-        report.missing.extend(
-            tuple(row) for row in conn.execute(
-                _MISSING, {"duty_ids": columns["duty_ids"], "period_keys": columns["period_keys"]}
-            )
-        )
+        made = created.get(duty_id, 0)
+        report.counts[(timezone, "created")] += made
+        report.counts[(timezone, "existing")] += n - made
+    report.missing.extend(missing)
 
 
 def read_pages(engine: Engine, frequency: str, page_size: int):
@@ -186,13 +176,14 @@ def read_pages(engine: Engine, frequency: str, page_size: int):
     after = 0
     while True:
         with engine.connect() as conn:
-            rows = conn.execute(
-                _READ_PAGE, {"frequency": frequency, "after": after, "page_size": page_size}
-            ).all()
+            cursor = conn.connection.driver_connection.cursor()
+            rows = cursor.execute(_READ_PAGE, {"frequency": frequency, "after": after,
+                                               "page_size": page_size}).fetchall()
+            conn.rollback()
         if not rows:
             return
-        yield [DutyRow(*row) for row in rows]
-        after = rows[-1].id
+        yield [DutyRow._make(row) for row in rows]
+        after = rows[-1][0]
 
 
 def dispatch(

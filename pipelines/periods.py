@@ -6,6 +6,8 @@ chronological; keys of different frequencies are never compared.
 
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from functools import lru_cache
+from zoneinfo import ZoneInfo
 
 import pendulum
 
@@ -58,6 +60,7 @@ def _period(frequency: str, start: pendulum.Date) -> Period:
                   frequency, _key(frequency, start))
 
 
+@lru_cache(maxsize=65536)
 def period_containing(frequency: str, day: date) -> Period:
     _check(frequency)
     local = pendulum.date(day.year, day.month, day.day)
@@ -100,8 +103,12 @@ def local_date(instant: datetime, timezone: str) -> date:
     """The calendar date in `timezone` at `instant` (which must carry an offset)."""
     if instant.tzinfo is None:
         raise ValueError(f"instant {instant.isoformat()} has no UTC offset")
-    local = pendulum.instance(instant).in_timezone(timezone)
-    return date(local.year, local.month, local.day)
+    return instant.astimezone(_zone(timezone)).date()
+
+
+# Converting through pendulum reloads the zone on every call, and stdlib's own cache
+# keeps only a handful strongly: a run touches every zone once per group.
+_zone = lru_cache(maxsize=None)(ZoneInfo)
 
 
 def open_range(frequency: str, instant: datetime, max_lead_days: int) -> tuple[Period, Period]:

@@ -10,8 +10,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from enum import Enum
-from operator import attrgetter
-from typing import Iterable
+from typing import Iterable, NamedTuple
 from uuid import UUID
 
 from pipelines.periods import Period, following, local_date, period_containing
@@ -22,8 +21,7 @@ class Mode(str, Enum):
     BACKFILL = "backfill"
 
 
-@dataclass(frozen=True)
-class DutyRow:
+class DutyRow(NamedTuple):
     id: int
     workspace_id: UUID
     kind: str
@@ -33,10 +31,12 @@ class DutyRow:
     effective_from: date | None
     effective_to: date | None
     state: str
+    last_dispatched_period: str | None = None
 
 
-@dataclass(frozen=True)
-class TaskRow:
+class TaskRow(NamedTuple):
+    """In the column order the writer copies: duty_id, period_key first (the identity)."""
+
     duty_id: int
     period_key: str
     workspace_id: UUID
@@ -90,7 +90,9 @@ def plan(
     """Task rows for `duties` at `as_of`, restricted to the `requested` periods.
 
     Scheduled: the current period and every later one whose `visible_from <= today`,
-    only while `today` is inside the duty's window. Backfill: every requested period a
+    only while `today` is inside the duty's window, and never a period at or below the
+    duty's `last_dispatched_period` (those exist already, and a scheduled run fills no
+    gap): in steady state a scheduled run offers nothing. Backfill: every requested period a
     scheduled run at `as_of` would have reached (start or visible_from on or before
     today); the rest are counted as skipped. Both: a period is produced only if its
     due date lies in the duty's effective window.
@@ -121,18 +123,25 @@ def plan(
             candidates = [p for p in requested
                           if p.start <= today or _visible_from(p, lead_days) <= today]
         beyond = len(due) - len(candidates)
+        scheduled = mode is Mode.SCHEDULED
+        rows = [(p.key, p.start, p.end, _visible_from(p, lead_days)) for p in candidates]
+        skipped = outside = dispatched = 0
         for duty in members:
-            if mode is Mode.SCHEDULED and not _in_window(duty, today):
+            windowed = duty.effective_from is not None or duty.effective_to is not None
+            if scheduled and windowed and not _in_window(duty, today):
                 continue
-            result.counts[(timezone, "skipped")] += beyond
-            for period in candidates:
-                if not _in_window(duty, period.end):
-                    result.counts[(timezone, "outside_window")] += 1
-                    continue
-                result.tasks.append(TaskRow(
-                    duty.id, period.key, duty.workspace_id, period.start, period.end,
-                    _visible_from(period, lead_days),
-                ))
+            skipped += beyond
+            last = duty.last_dispatched_period if scheduled else None
+            for key, start, end, visible in rows:
+                if last is not None and key <= last:
+                    dispatched += 1
+                elif windowed and not _in_window(duty, end):
+                    outside += 1
+                else:
+                    result.tasks.append(TaskRow(duty.id, key, duty.workspace_id, start, end, visible))
+        for outcome, n in (("skipped", skipped), ("outside_window", outside), ("existing", dispatched)):
+            if n:
+                result.counts[(timezone, outcome)] += n
     # Identity order: racing writers that insert in different orders deadlock.
-    result.tasks.sort(key=attrgetter("duty_id", "period_key"))
+    result.tasks.sort()
     return result

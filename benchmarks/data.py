@@ -1,0 +1,48 @@
+"""Benchmark data, built inside PostgreSQL (one statement per table)."""
+
+from sqlalchemy import Engine, text
+
+BENCH_ZONES = [
+    "UTC", "Europe/London", "Europe/Paris", "Europe/Berlin", "Europe/Athens", "Europe/Moscow",
+    "Europe/Lisbon", "Africa/Cairo", "Africa/Lagos", "Africa/Johannesburg", "Africa/Nairobi",
+    "Asia/Dubai", "Asia/Karachi", "Asia/Kolkata", "Asia/Kathmandu", "Asia/Dhaka", "Asia/Yangon",
+    "Asia/Bangkok", "Asia/Shanghai", "Asia/Tokyo", "Asia/Seoul", "Australia/Perth",
+    "Australia/Adelaide", "Australia/Darwin", "Australia/Sydney", "Australia/Lord_Howe",
+    "Pacific/Auckland", "Pacific/Chatham", "Pacific/Tongatapu", "Pacific/Kiritimati",
+    "Pacific/Honolulu", "Pacific/Marquesas", "Pacific/Pago_Pago", "America/Anchorage",
+    "America/Los_Angeles", "America/Denver", "America/Chicago", "America/New_York",
+    "America/Caracas", "America/Halifax", "America/St_Johns", "America/Sao_Paulo",
+    "America/Santiago", "Atlantic/Azores", "Atlantic/Cape_Verde",
+]
+# Frequency mix: every frequency, weighted so a million duties make about three million tasks.
+MIX = [("daily", 10), ("weekly", 20), ("monthly", 40), ("quarterly", 15), ("yearly", 15)]
+
+
+def load_duties(engine: Engine, count: int, frequencies: list[tuple[str, int]] = MIX, max_lead: int = 30) -> None:
+    """`count` active recurring duties over the benchmark zones, leads 0..max_lead."""
+    buckets = []
+    for frequency, weight in frequencies:
+        buckets += [frequency] * weight
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE task, duty RESTART IDENTITY CASCADE"))
+        conn.execute(text(
+            """
+            INSERT INTO duty (workspace_id, title, kind, frequency, timezone, lead_days, state)
+            SELECT ('00000000-0000-0000-0000-' || lpad(((n % 97) + 1)::text, 12, '0'))::uuid,
+                   'duty ' || n, 'recurring', (CAST(:buckets AS text[]))[1 + (n * 7919) % cardinality(CAST(:buckets AS text[]))],
+                   (CAST(:zones AS text[]))[1 + (n * 104729) % cardinality(CAST(:zones AS text[]))],
+                   (n * 31337) % (CAST(:max_lead AS int) + 1), 'active'
+            FROM generate_series(1::bigint, :count) AS n
+            """
+        ), {"buckets": buckets, "zones": BENCH_ZONES, "max_lead": max_lead, "count": count})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM (ANALYZE) duty"))
+
+
+def reset_dispatch(engine: Engine) -> None:
+    """Back to before the first dispatch: no tasks, nothing dispatched."""
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE task RESTART IDENTITY"))
+        conn.execute(text("UPDATE duty SET last_dispatched_period = NULL WHERE last_dispatched_period IS NOT NULL"))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM (ANALYZE) duty"))
