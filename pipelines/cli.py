@@ -191,6 +191,14 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def bench(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(PROJECT_ROOT))
+    from benchmarks.bench import main as run_benchmarks
+
+    return run_benchmarks(duties=args.duties, backfill_duties=args.backfill_duties, queue_runs=args.queue_runs,
+                          repeat=args.repeat, only=args.only.split(",") if args.only else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rota", description="Recurring work, produced exactly once per period.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -209,6 +217,13 @@ def main(argv: list[str] | None = None) -> int:
     worker_parser.add_argument("--poll", type=float, default=0.5, help="seconds between empty polls")
     worker_parser.add_argument("--backoff", type=float, default=5.0, help="first retry delay in seconds")
     worker_parser.set_defaults(run=worker)
+    bench_parser = commands.add_parser("bench", help="run the benchmarks (minutes; never in CI)")
+    bench_parser.add_argument("--duties", type=int, default=1_000_000)
+    bench_parser.add_argument("--backfill-duties", type=int, default=100_000)
+    bench_parser.add_argument("--queue-runs", type=int, default=100_000)
+    bench_parser.add_argument("--repeat", type=int, default=3)
+    bench_parser.add_argument("--only", help="comma-separated: dispatch,backfill,planner,memory,enqueue,queue,dagster")
+    bench_parser.set_defaults(run=bench)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -1,5 +1,6 @@
 """Shared test helpers: making duties, and proving that a run wrote nothing."""
 
+import multiprocessing
 import uuid
 
 import psycopg
@@ -100,3 +101,17 @@ def tenant(database_url: str, workspace_id: uuid.UUID | None) -> psycopg.Connect
     if workspace_id is not None:
         conn.execute("SELECT set_config('rota.workspace_id', %s, false)", (str(workspace_id),))
     return conn
+
+
+def race_processes(target, args: tuple, count: int = 8, timeout: float = 120) -> list:
+    """Start `count` spawned processes running target(*args, barrier, results): each warms
+    its connection, waits at the barrier so all start together, and puts one outcome."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(count), context.Queue()
+    processes = [context.Process(target=target, args=(*args, barrier, results)) for _ in range(count)]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=timeout) for _ in processes]
+    for process in processes:
+        process.join(timeout=30)
+    return outcomes

@@ -1,7 +1,6 @@
 """The dispatcher against a real PostgreSQL: idempotence, races, paging, the
 never-touch-a-task guarantee and last_dispatched_period."""
 
-import multiprocessing
 import threading
 import time
 from datetime import date
@@ -21,6 +20,7 @@ from tests.helpers import (
     insert_duties,
     keys_by_duty,
     last_dispatched,
+    race_processes,
     task_keys,
 )
 
@@ -206,7 +206,7 @@ def test_a_thirteen_month_backfill_makes_exactly_the_expected_keys(engine):
     assert second.total("created") == 0 and database_fingerprint(engine) == before
 
 
-def _racer(url, barrier, results, as_of, first, last):
+def _racer(url, as_of, first, last, barrier, results):
     from pipelines.dispatch import dispatch as dispatch_in_child
 
     engine = create_engine(driver_url(url), pool_size=1)
@@ -224,16 +224,7 @@ def _racer(url, barrier, results, as_of, first, last):
 
 def test_eight_concurrent_runs_of_the_same_partitions_make_one_task_each(database_url, engine):
     ids = many_duties(engine, 400)
-    context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(8), context.Queue()
-    racers = [context.Process(target=_racer, args=(database_url, barrier, results,
-                                                   "2026-08-31T20:00:00Z", "2025-08", "2026-09"))
-              for _ in range(8)]
-    for racer in racers:
-        racer.start()
-    outcomes = [results.get(timeout=120) for _ in racers]
-    for racer in racers:
-        racer.join(timeout=30)
+    outcomes = race_processes(_racer, (database_url, "2026-08-31T20:00:00Z", "2025-08", "2026-09"))
     assert [o for o in outcomes if o[0] != "ok"] == []
     with engine.connect() as conn:
         rows, distinct = conn.execute(text(

@@ -1,6 +1,5 @@
 """The job queue against a real PostgreSQL: identities, races, claims and workers."""
 
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -30,7 +29,7 @@ from pipelines.queue import (
 )
 from pipelines.schema import event
 from resources.server import driver_url
-from tests.helpers import database_fingerprint, tenant
+from tests.helpers import database_fingerprint, race_processes, tenant
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 8, 31, 20, 0, tzinfo=timezone.utc)
@@ -114,15 +113,7 @@ def _enqueue_many(url, job_id, barrier, results):
 
 def test_eight_processes_enqueueing_the_same_thousand_fire_times_make_a_thousand_runs(database_url, engine):
     job_id = register_job(engine, "report", schedule="* * * * *")
-    context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(8), context.Queue()
-    processes = [context.Process(target=_enqueue_many, args=(database_url, job_id, barrier, results))
-                 for _ in range(8)]
-    for process in processes:
-        process.start()
-    outcomes = [results.get(timeout=120) for _ in processes]
-    for process in processes:
-        process.join(timeout=30)
+    outcomes = race_processes(_enqueue_many, (database_url, job_id))
     assert all(isinstance(o, int) for o in outcomes), outcomes
     assert sum(outcomes) == 1000
     with engine.connect() as conn:

@@ -1,7 +1,6 @@
 """Sources: the produce upsert, the nightly maintenance Source and the GitHub Source."""
 
 import json
-import multiprocessing
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
@@ -27,7 +26,7 @@ from resources.postgres import PostgresResource
 from resources.server import driver_url
 from schedules.github import poll_repositories
 from tests.fake_github import FakeGitHub
-from tests.helpers import database_fingerprint
+from tests.helpers import database_fingerprint, race_processes
 
 
 def source_runs(engine, source=None):
@@ -88,14 +87,7 @@ def _produce_refs(url, barrier, results):
 
 def test_eight_processes_producing_the_same_thousand_refs_make_a_thousand_runs(database_url, engine):
     register_job(engine, "triage")
-    context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(8), context.Queue()
-    processes = [context.Process(target=_produce_refs, args=(database_url, barrier, results)) for _ in range(8)]
-    for process in processes:
-        process.start()
-    outcomes = [results.get(timeout=120) for _ in processes]
-    for process in processes:
-        process.join(timeout=30)
+    outcomes = race_processes(_produce_refs, (database_url,))
     assert all(isinstance(o, int) for o in outcomes), outcomes
     assert sum(outcomes) == 1000 and len(source_runs(engine)) == 1000
 
