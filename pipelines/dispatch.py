@@ -31,11 +31,43 @@ DEADLOCK_RETRIES = 8
 _READ_PAGE = """
     SELECT id, workspace_id, kind, frequency, timezone, lead_days,
            effective_from, effective_to, state, last_dispatched_period
-    FROM duty
+    FROM duty d
     WHERE frequency = %(frequency)s AND kind = 'recurring' AND state = 'active' AND id > %(after)s
+      AND {has_work}
     ORDER BY id
     LIMIT %(page_size)s
 """
+
+# A scheduled run offers a duty nothing when its last_dispatched_period is already at or
+# past the newest period the run could emit for it: the later of the current period and
+# the last period whose visible_from (due date - lead_days) has come, both taken at the
+# duty's own local date. Computing that key in SQL keeps such duties out of the read, so
+# a run that has nothing to do reads (almost) nothing. It is a pre-filter only: every
+# duty it lets through is planned in full by the planner, and a test holds it against
+# the planner on random duties. Dates are cast to `timestamp` so no session TimeZone
+# takes part in the calendar arithmetic.
+_SCHEDULED_HAS_WORK = """
+    (d.last_dispatched_period IS NULL OR d.last_dispatched_period < (
+        WITH local AS (
+            SELECT (CAST(%(as_of)s AS timestamptz) AT TIME ZONE d.timezone)::date AS today
+        ),
+        reach AS (
+            SELECT today, CAST(today + d.lead_days AS timestamp) AS day,
+                   date_trunc(%(unit)s, CAST(today + d.lead_days AS timestamp)) AS start
+            FROM local
+        )
+        SELECT to_char(greatest(
+                   date_trunc(%(unit)s, CAST(today AS timestamp)),
+                   CASE WHEN start + CAST(%(step)s AS interval) - interval '1 day' <= day THEN start
+                        ELSE date_trunc(%(unit)s, start - interval '1 day') END),
+               %(key_format)s)
+        FROM reach
+    ))
+"""
+_UNITS = {"daily": ("day", "1 day", "YYYY-MM-DD"), "weekly": ("week", "1 week", 'IYYY-"W"IW'),
+          "monthly": ("month", "1 month", "YYYY-MM"), "quarterly": ("quarter", "3 months", 'YYYY-"Q"Q'),
+          "yearly": ("year", "1 year", "YYYY")}
+
 
 # Offered rows reach the server by binary COPY into a temporary table: binding them as
 # array parameters costs more than the insert itself (shared/PERF.md). The table lives
@@ -171,14 +203,18 @@ def write_plan(engine: Engine, page_plan: Plan, report: DispatchReport) -> None:
     report.missing.extend(missing)
 
 
-def read_pages(engine: Engine, frequency: str, page_size: int):
-    """Yield the dispatchable duties of one frequency, a keyset page at a time."""
+def read_pages(engine: Engine, frequency: str, page_size: int, scheduled_at: datetime | None = None):
+    """Yield the dispatchable duties of one frequency, a keyset page at a time. With
+    `scheduled_at`, only those a scheduled run at that instant may still have work for."""
+    query = _READ_PAGE.format(has_work=_SCHEDULED_HAS_WORK if scheduled_at else "true")
+    unit, step, key_format = _UNITS[frequency]
+    params = {"frequency": frequency, "page_size": page_size, "as_of": scheduled_at, "unit": unit,
+              "step": step, "key_format": key_format}
     after = 0
     while True:
         with engine.connect() as conn:
             cursor = conn.connection.driver_connection.cursor()
-            rows = cursor.execute(_READ_PAGE, {"frequency": frequency, "after": after,
-                                               "page_size": page_size}).fetchall()
+            rows = cursor.execute(query, {**params, "after": after}).fetchall()
             conn.rollback()
         if not rows:
             return
@@ -201,7 +237,8 @@ def dispatch(
     if not requested:
         raise ValueError("no periods requested")
     report = DispatchReport(frequency, mode, as_of, requested[0].key, requested[-1].key)
-    for page in read_pages(engine, frequency, page_size):
+    scheduled_at = as_of if mode is Mode.SCHEDULED else None
+    for page in read_pages(engine, frequency, page_size, scheduled_at):
         report.pages += 1
         report.duties_read += len(page)
         page_plan = plan(page, frequency=frequency, mode=mode, as_of=as_of, requested=requested)
