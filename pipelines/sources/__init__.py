@@ -22,12 +22,9 @@ class Source:
     ref: Callable[..., str]
 
 
-def _registry() -> dict[str, Source]:
+def sources() -> dict[str, Source]:
+    """Every registered Source by name (imported here: each Source module imports this one)."""
     from pipelines.sources.github import GITHUB
     from pipelines.sources.nightly import NIGHTLY
 
     return {source.name: source for source in (NIGHTLY, GITHUB)}
-
-
-def sources() -> dict[str, Source]:
-    return _registry()
