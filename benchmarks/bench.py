@@ -4,7 +4,6 @@ its own on the embedded PostgreSQL (or ROTA_DATABASE_URL's server)."""
 
 import multiprocessing
 import os
-import resource
 import signal
 import statistics
 import subprocess
@@ -84,10 +83,14 @@ def scheduled_dispatch(engine: Engine) -> int:
 
 
 def planned_rows(engine: Engine, frequency_ranges: dict[str, tuple[Mode, list]]) -> list[tuple]:
+    """The task rows a dispatch writes, complete with each duty's workspace, for the COPY."""
+    with engine.connect() as conn:
+        workspace_of = dict(conn.execute(text("SELECT id, workspace_id FROM duty")).all())
     rows = []
     for frequency, (mode, requested) in frequency_ranges.items():
         for page in read_pages(engine, frequency, DEFAULT_PAGE_SIZE):
-            rows += plan(page, frequency=frequency, mode=mode, as_of=AS_OF, requested=requested).tasks
+            for row in plan(page, frequency=frequency, mode=mode, as_of=AS_OF, requested=requested).tasks:
+                rows.append((row.duty_id, row.period_key, workspace_of[row.duty_id], *row[2:]))
     return rows
 
 
@@ -167,7 +170,7 @@ def naive_plan(duties, frequency: str) -> list[tuple]:
     for duty in duties:
         local = pendulum.instance(AS_OF).in_timezone(duty.timezone)
         period = period_containing(frequency, local.date())
-        out.append((duty.id, period.key, duty.workspace_id, period.start, period.end,
+        out.append((duty.id, period.key, period.start, period.end,
                     period.end - timedelta(days=duty.lead_days)))
     return out
 
@@ -195,11 +198,21 @@ def case_planner(engine: Engine, repeat: int, sample: int) -> list[Case]:
                  note=f"{total:,} duties; the per-row planner timed on {sampled:,} and scaled")]
 
 
+def _peak_rss_mb() -> float:
+    """This process image's peak RSS. Not getrusage's ru_maxrss: Linux carries that over
+    fork and exec, so a child spawned by a large parent would report the parent's size."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def _dispatch_in_child(url: str, queue) -> None:
     engine = create_engine(driver_url(url))
     reset_dispatch(engine)
     scheduled_dispatch(engine)
-    queue.put(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    queue.put(_peak_rss_mb())
 
 
 def case_memory(url: str) -> list[Case]:

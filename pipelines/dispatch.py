@@ -29,7 +29,7 @@ DEFAULT_PAGE_SIZE = 20_000
 DEADLOCK_RETRIES = 8
 
 _READ_PAGE = """
-    SELECT id, workspace_id, kind, frequency, timezone, lead_days,
+    SELECT id, kind, frequency, timezone, lead_days,
            effective_from, effective_to, state, last_dispatched_period
     FROM duty d
     WHERE frequency = %(frequency)s AND kind = 'recurring' AND state = 'active' AND id > %(after)s
@@ -69,31 +69,57 @@ _UNITS = {"daily": ("day", "1 day", "YYYY-MM-DD"), "weekly": ("week", "1 week", 
           "yearly": ("year", "1 year", "YYYY")}
 
 
-# Offered rows reach the server by binary COPY into a temporary table: binding them as
-# array parameters costs more than the insert itself (shared/PERF.md). The table lives
-# as long as the pooled connection and is emptied at every commit.
-_OFFERED_TABLE = """
-    CREATE TEMPORARY TABLE IF NOT EXISTS offered_task (
-        duty_id bigint, period_key text, workspace_id uuid,
+# A page's plan reaches the server by binary COPY into two temporary tables: the period
+# rows of each (timezone, lead_days) group, and one slice of them per duty. SQL expands
+# them into task rows, so no task row is built, sent or bound in Python (shared/PERF.md:
+# binding rows costs more than inserting them). The tables live as long as the pooled
+# connection and are emptied at every commit.
+_OFFERED_TABLES = (
+    """CREATE TEMPORARY TABLE IF NOT EXISTS offered_period (
+        period_group int, period_index int, period_key text,
         period_start date, due_date date, visible_from date
-    ) ON COMMIT DELETE ROWS
-"""
-_COPY_OFFERED = (
-    "COPY offered_task (duty_id, period_key, workspace_id, period_start, due_date, visible_from) "
-    "FROM STDIN (FORMAT BINARY)"
+    ) ON COMMIT DELETE ROWS""",
+    """CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
+        duty_id bigint, period_group int, first_index int, last_index int
+    ) ON COMMIT DELETE ROWS""",
 )
-_COPY_TYPES = ["int8", "text", "uuid", "date", "date", "date"]
+_COPY_PERIODS = ("COPY offered_period (period_group, period_index, period_key, period_start, due_date, "
+                 "visible_from) FROM STDIN (FORMAT BINARY)")
+_PERIOD_TYPES = ["int4", "int4", "text", "date", "date", "date"]
+_COPY_SLICES = "COPY offered_duty (duty_id, period_group, first_index, last_index) FROM STDIN (FORMAT BINARY)"
+_SLICE_TYPES = ["int8", "int4", "int4", "int4"]
+
+# The offered tasks, each with its duty's workspace read from the duty row itself, which
+# is held FOR KEY SHARE until commit: a duty deleted first offers nothing, and one
+# deleted later waits and then finds these tasks (the task_duty_fkey triggers refuse
+# it). This replaces a per-row foreign-key check, which cost more than the insert.
+_OFFERED = """
+    locked AS MATERIALIZED (
+        SELECT d.id, d.workspace_id, o.period_group, o.first_index, o.last_index
+        FROM offered_duty o
+        JOIN duty d ON d.id = o.duty_id AND d.frequency = %(frequency)s
+                   AND d.id BETWEEN %(first_id)s AND %(last_id)s
+        FOR KEY SHARE OF d
+    ),
+    offered AS (
+        SELECT l.id AS duty_id, p.period_key, l.workspace_id, p.period_start, p.due_date, p.visible_from
+        FROM locked l
+        JOIN offered_period p ON p.period_group = l.period_group
+                             AND p.period_index BETWEEN l.first_index AND l.last_index
+    )
+"""
 
 # Rows that already exist are filtered out inside the INSERT, so they consume no identity
 # value; ON CONFLICT ON CONSTRAINT task_dispatch_identity stays the guard against a
 # racing writer. `last_dispatched_period` moves in the same statement as the tasks that
 # move it, and only forward: keys of one frequency sort chronologically, and a duty
 # whose newest task did not change is not written at all.
-_WRITE_OFFERED = """
-    WITH inserted AS (
+_WRITE_OFFERED = f"""
+    WITH {_OFFERED},
+    inserted AS (
         INSERT INTO task (duty_id, period_key, workspace_id, period_start, due_date, visible_from)
         SELECT o.duty_id, o.period_key, o.workspace_id, o.period_start, o.due_date, o.visible_from
-        FROM offered_task o
+        FROM offered o
         WHERE NOT EXISTS (
             SELECT 1 FROM task t WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key
         )
@@ -109,17 +135,19 @@ _WRITE_OFFERED = """
         UPDATE duty d
         SET last_dispatched_period = n.period_key
         FROM newest n
-        WHERE d.id = n.duty_id AND d.id BETWEEN %(first_id)s AND %(last_id)s
+        WHERE d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
           AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < n.period_key)
         RETURNING d.id
     )
     SELECT duty_id, created FROM newest
 """
 
-# The completeness check, in the same transaction after the write: offered rows with
-# no task (there must be none).
-_MISSING = """
-    SELECT o.duty_id, o.period_key FROM offered_task o
+# The completeness check, in the same transaction after the write: offered tasks of
+# duties that still exist, with no task row (there must be none). Only needed when the
+# write created fewer rows than were offered.
+_MISSING = f"""
+    WITH {_OFFERED}
+    SELECT o.duty_id, o.period_key FROM offered o
     WHERE NOT EXISTS (
         SELECT 1 FROM task t WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key
     )
@@ -176,30 +204,37 @@ def _retrying_deadlocks(work: Callable[[], T], report: DispatchReport) -> T:
 
 def write_plan(engine: Engine, page_plan: Plan, report: DispatchReport) -> None:
     """Write one page's tasks in one transaction and verify that every one now exists."""
-    if not page_plan.tasks:
+    if not page_plan.slices:
         return
+    offered = page_plan.size
 
     def work() -> tuple[dict[int, int], list[tuple[int, str]]]:
         with engine.begin() as conn:
             cursor = conn.connection.driver_connection.cursor()
-            cursor.execute(_OFFERED_TABLE)
-            with cursor.copy(_COPY_OFFERED) as copy:
-                copy.set_types(_COPY_TYPES)
-                for row in page_plan.tasks:
+            for statement in _OFFERED_TABLES:
+                cursor.execute(statement)
+            with cursor.copy(_COPY_PERIODS) as copy:
+                copy.set_types(_PERIOD_TYPES)
+                for group, periods in enumerate(page_plan.groups):
+                    for index, period in enumerate(periods):
+                        copy.write_row((group, index, *period))
+            with cursor.copy(_COPY_SLICES) as copy:
+                copy.set_types(_SLICE_TYPES)
+                for row in page_plan.slices:
                     copy.write_row(row)
-            # The page's id range lets the duty update use the primary key, not a scan.
-            bounds = {"first_id": page_plan.tasks[0].duty_id, "last_id": page_plan.tasks[-1].duty_id}
+            # The page's frequency and id range let the duty lookups use duty_dispatch_scan_idx.
+            bounds = {"frequency": report.frequency, "first_id": page_plan.slices[0].duty_id,
+                      "last_id": page_plan.slices[-1].duty_id}
             created = dict(cursor.execute(_WRITE_OFFERED, bounds).fetchall())
-            missing = cursor.execute(_MISSING).fetchall()
+            missing = cursor.execute(_MISSING, bounds).fetchall() if sum(created.values()) < offered else []
             return created, missing
 
     created, missing = _retrying_deadlocks(work, report)
-    planned = Counter(t.duty_id for t in page_plan.tasks)
-    for duty_id, n in planned.items():
-        timezone = page_plan.timezone_of[duty_id]
-        made = created.get(duty_id, 0)
+    for s in page_plan.slices:
+        timezone = page_plan.timezone_of[s.duty_id]
+        made = created.get(s.duty_id, 0)
         report.counts[(timezone, "created")] += made
-        report.counts[(timezone, "existing")] += n - made
+        report.counts[(timezone, "existing")] += s.last - s.first + 1 - made
     report.missing.extend(missing)
 
 

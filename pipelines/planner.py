@@ -6,12 +6,12 @@ the period arithmetic are the same for every duty in a group, and only the effec
 window differs per duty.
 """
 
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from enum import Enum
 from typing import Iterable, NamedTuple
-from uuid import UUID
 
 from pipelines.periods import Period, following, local_date, period_containing
 
@@ -22,8 +22,10 @@ class Mode(str, Enum):
 
 
 class DutyRow(NamedTuple):
+    """What planning needs of a duty. Its workspace is not among it: the writer takes
+    that from the duty row itself, so a task cannot name another workspace."""
+
     id: int
-    workspace_id: UUID
     kind: str
     frequency: str | None
     timezone: str
@@ -35,25 +37,59 @@ class DutyRow(NamedTuple):
 
 
 class TaskRow(NamedTuple):
-    """In the column order the writer copies: duty_id, period_key first (the identity)."""
+    """Identity first, so sorting rows sorts them in identity order."""
 
     duty_id: int
     period_key: str
-    workspace_id: UUID
     period_start: date
     due_date: date
     visible_from: date
 
 
+class PeriodRow(NamedTuple):
+    key: str
+    start: date
+    end: date
+    visible_from: date
+
+
+class Slice(NamedTuple):
+    """A duty's tasks: periods `first`..`last` (inclusive) of its group's period list.
+
+    The candidate periods of a (timezone, lead_days) group are chronological, and what
+    removes some of them for one duty (at or below its last dispatched period, due
+    outside its window) cuts a prefix and a suffix, so a duty's tasks are always one
+    contiguous run of them. A plan is therefore a few period rows per group and one
+    slice per duty; the writer expands it in SQL, and no task row is built in Python."""
+
+    duty_id: int
+    group: int
+    first: int
+    last: int
+
+
 @dataclass
 class Plan:
-    tasks: list[TaskRow] = field(default_factory=list)
+    groups: list[list[PeriodRow]] = field(default_factory=list)
+    slices: list[Slice] = field(default_factory=list)
     # (timezone, outcome) -> count; outcomes: skipped (requested, but beyond what a
     # scheduled run at as_of reaches, or outside the run's partition range) and
     # outside_window (the duty's effective window excludes the period).
     counts: Counter = field(default_factory=Counter)
     unplannable: dict[int, str] = field(default_factory=dict)
     timezone_of: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(s.last - s.first + 1 for s in self.slices)
+
+    @property
+    def tasks(self) -> list[TaskRow]:
+        """The slices expanded into task rows, in identity order."""
+        rows = [TaskRow(s.duty_id, *period)
+                for s in self.slices for period in self.groups[s.group][s.first:s.last + 1]]
+        rows.sort()
+        return rows
 
 
 def _visible_from(period: Period, lead_days: int) -> date:
@@ -87,7 +123,8 @@ def plan(
     as_of: datetime,
     requested: list[Period],
 ) -> Plan:
-    """Task rows for `duties` at `as_of`, restricted to the `requested` periods.
+    """The tasks for `duties` at `as_of`, restricted to the `requested` periods, as
+    period rows per (timezone, lead_days) group and one slice of them per duty.
 
     Scheduled: the current period and every later one whose `visible_from <= today`,
     only while `today` is inside the duty's window, and never a period at or below the
@@ -124,7 +161,11 @@ def plan(
                           if p.start <= today or _visible_from(p, lead_days) <= today]
         beyond = len(due) - len(candidates)
         scheduled = mode is Mode.SCHEDULED
-        rows = [(p.key, p.start, p.end, _visible_from(p, lead_days)) for p in candidates]
+        group = len(result.groups)
+        result.groups.append([PeriodRow(p.key, p.start, p.end, _visible_from(p, lead_days)) for p in candidates])
+        keys = [p.key for p in candidates]
+        ends = [p.end for p in candidates]
+        count = len(candidates)
         skipped = outside = dispatched = 0
         for duty in members:
             windowed = duty.effective_from is not None or duty.effective_to is not None
@@ -132,16 +173,21 @@ def plan(
                 continue
             skipped += beyond
             last = duty.last_dispatched_period if scheduled else None
-            for key, start, end, visible in rows:
-                if last is not None and key <= last:
-                    dispatched += 1
-                elif windowed and not _in_window(duty, end):
-                    outside += 1
-                else:
-                    result.tasks.append(TaskRow(duty.id, key, duty.workspace_id, start, end, visible))
+            done = 0 if last is None else bisect_right(keys, last)
+            first, stop = done, count
+            if windowed:
+                if duty.effective_from is not None:
+                    first = max(first, bisect_left(ends, duty.effective_from))
+                if duty.effective_to is not None:
+                    stop = bisect_right(ends, duty.effective_to)
+            made = max(0, stop - first)
+            dispatched += done
+            outside += count - done - made
+            if made:
+                result.slices.append(Slice(duty.id, group, first, stop - 1))
         for outcome, n in (("skipped", skipped), ("outside_window", outside), ("existing", dispatched)):
             if n:
                 result.counts[(timezone, outcome)] += n
     # Identity order: racing writers that insert in different orders deadlock.
-    result.tasks.sort()
+    result.slices.sort()
     return result

@@ -41,7 +41,7 @@ def add_duty(engine: Engine, **overrides) -> int:
 
 def duty_row(id: int = 1, **overrides) -> DutyRow:
     values = duty_values(**overrides)
-    values.pop("title")
+    del values["title"], values["workspace_id"]
     return DutyRow(id=id, **values)
 
 

@@ -257,3 +257,28 @@ def test_the_scheduled_read_never_leaves_out_a_duty_the_planner_has_work_for(eng
             filtered_out += len(everyone) - len(kept)
             run(engine, tick.isoformat(), requested, frequency=frequency)
     assert filtered_out > 300 * 45 // 2  # most duties are skipped on most ticks
+
+
+def test_a_duty_deleted_while_its_tasks_are_being_written_leaves_no_orphan(database_url, engine):
+    """The dispatcher holds its duties FOR KEY SHARE: a delete that was in flight when the
+    page was read either goes first (the duty then offers nothing) or waits and fails."""
+    ids = many_duties(engine, count=50)
+    victim = ids[17]
+    deleter = create_engine(driver_url(database_url))
+    conn = deleter.connect()
+    conn.execute(text("DELETE FROM duty WHERE id = :d"), {"d": victim})  # uncommitted until below
+    result = {}
+    writer = threading.Thread(target=lambda: result.update(report=run(engine, "2026-08-31T20:00:00Z",
+                                                                      months("2026-07", "2026-11"))))
+    writer.start()
+    time.sleep(1.0)  # the writer has read and planned the victim, and now waits for its row
+    conn.commit()
+    writer.join(timeout=60)
+    conn.close()
+    deleter.dispose()
+    assert result["report"].duties_read == 50
+    with engine.connect() as check:
+        orphans = check.execute(text(
+            "SELECT count(*) FROM task t WHERE NOT EXISTS (SELECT 1 FROM duty d WHERE d.id = t.duty_id)")).scalar_one()
+        assert orphans == 0
+        assert check.execute(text("SELECT count(DISTINCT duty_id) FROM task")).scalar_one() == 49

@@ -173,3 +173,49 @@ def test_row_level_security_is_enabled_and_forced(engine):
     assert flags == [(name, True, True) for name in ("duty", "event", "job_queue", "task")]
 
 
+
+
+def _task_row(duty_id, workspace_id, key="2026-08"):
+    month = int(key[-2:])
+    return {"duty_id": duty_id, "workspace_id": workspace_id, "period_key": key,
+            "period_start": date(2026, month, 1), "due_date": date(2026, month, 28),
+            "visible_from": date(2026, month, 28)}
+
+
+def test_a_task_must_name_an_existing_duty_of_its_own_workspace(engine, workspace):
+    duty_id = add_duty(engine, workspace_id=workspace)
+    for bad in (_task_row(duty_id + 1000, workspace), _task_row(duty_id, uuid.uuid4())):
+        # One bad row refuses the whole statement, good rows included.
+        with pytest.raises(IntegrityError, match=rf"task_duty_fkey|duty {bad['duty_id']} of workspace"):
+            with engine.begin() as conn:
+                conn.execute(insert(task), [_task_row(duty_id, workspace, "2026-07"), bad])
+    with engine.begin() as conn:
+        conn.execute(insert(task), [_task_row(duty_id, workspace)])
+        assert conn.execute(text("SELECT count(*) FROM task")).scalar_one() == 1
+    with pytest.raises(IntegrityError, match=f"duty {duty_id + 1000} of workspace"):
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE task SET duty_id = duty_id + 1000"))
+    other = add_duty(engine, workspace_id=workspace)
+    with engine.begin() as conn:  # moving a task to another duty of its workspace is allowed
+        conn.execute(text("UPDATE task SET duty_id = :d"), {"d": other})
+
+
+def test_a_duty_with_tasks_cannot_be_deleted_moved_or_truncated_alone(database_url, engine, workspace):
+    duty_id = add_duty(engine, workspace_id=workspace)
+    spare = add_duty(engine, workspace_id=workspace)
+    with engine.begin() as conn:
+        conn.execute(insert(task), [_task_row(duty_id, workspace)])
+    for statement in (f"DELETE FROM duty WHERE id IN ({duty_id}, {spare})",
+                      f"UPDATE duty SET workspace_id = gen_random_uuid() WHERE id = {duty_id}",
+                      f"UPDATE duty SET id = id + 1000 WHERE id = {duty_id}",
+                      "TRUNCATE duty"):
+        with pytest.raises(IntegrityError, match=f"task_duty_fkey|duty {duty_id} still has tasks|truncated"):
+            with engine.begin() as conn:
+                conn.execute(text(statement))
+    with tenant(database_url, workspace) as conn:
+        with pytest.raises(psycopg.errors.ForeignKeyViolation, match=f"duty {duty_id} still has tasks"):
+            conn.execute("DELETE FROM duty WHERE id = %s", (duty_id,))
+        assert conn.execute("DELETE FROM duty WHERE id = %s", (spare,)).rowcount == 1
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE duty SET title = 'renamed', workspace_id = workspace_id"))
+        conn.execute(text("TRUNCATE task, duty"))
