@@ -9,6 +9,7 @@ a transaction, each call commits its own transaction; inside the caller's transa
 it takes part in it and the caller commits.
 """
 
+import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,7 +19,8 @@ from uuid import UUID
 from sqlalchemy import ARRAY, BigInteger, Connection, DateTime, Engine, Text, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
-from pipelines.cron import validate_cron
+from pipelines.cron import InvalidCron, validate_cron
+from pipelines.schema import MAX_REF_LENGTH
 
 MAX_ERROR_LENGTH = 10_000
 
@@ -83,6 +85,21 @@ _REGISTER_JOB = text(
 )
 
 
+def check_text(value: str, field: str, row: str, max_length: int | None = None) -> None:
+    """Refuse, naming the field and the row, text PostgreSQL cannot store (a NUL
+    character, which it refuses without saying where) or that exceeds `max_length`."""
+    if "\x00" in value:
+        raise ValueError(f"{row}: {field} contains a NUL character")
+    if max_length is not None and not 1 <= len(value) <= max_length:
+        raise ValueError(f"{row}: {field} must be 1 to {max_length} characters, not {len(value)}")
+
+
+def check_payload(payload: dict, row: str) -> None:
+    """JSONB cannot hold U+0000 anywhere, in a key or a string value."""
+    if "\\u0000" in json.dumps(payload):
+        raise ValueError(f"{row}: payload contains a NUL character")
+
+
 def register_job(
     conn: Connection | Engine,
     name: str,
@@ -95,8 +112,12 @@ def register_job(
     workspace_id: UUID | None = None,
 ) -> int:
     """Create or update the job called `name`; returns its id. An unchanged job is not written."""
+    check_text(name, "name", f"job {name[:80]!r}", max_length=200)
     if schedule is not None:
-        validate_cron(schedule)
+        try:
+            validate_cron(schedule)
+        except InvalidCron as error:
+            raise InvalidCron(f"job {name!r}: {error}") from None
     values = {"name": name, "workspace_id": workspace_id, "schedule": schedule, "timezone": timezone,
               "event_type": event_type, "enabled": enabled, "max_attempts": max_attempts}
     with transaction(conn) as c:
@@ -269,10 +290,12 @@ def produce_many(conn: Connection | Engine, source: str, items: list[tuple[str, 
     identical second produce writes nothing at all."""
     if not source:
         raise ValueError("a source needs a name")
+    check_text(source, "source", f"source {source[:80]!r}", max_length=200)
     latest = {ref: (job_name, payload) for ref, job_name, payload in items}
-    for ref in latest:
-        if not ref:
-            raise ValueError(f"source {source!r}: an empty source_ref")
+    for ref, (_, payload) in latest.items():
+        row = f"source {source!r} ref {ref[:80]!r}"
+        check_text(ref, "source_ref", row, max_length=MAX_REF_LENGTH)
+        check_payload(payload, row)
     with transaction(conn) as c:
         names = sorted({job_name for job_name, _ in latest.values()})
         job_ids = dict(c.execute(_JOB_IDS, {"names": names}).all())

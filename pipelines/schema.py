@@ -33,6 +33,7 @@ MAX_ATTEMPTS_LIMIT = 100
 CRON_SHAPE = r"^\s*[0-9A-Za-z*/,?#-]+(\s+[0-9A-Za-z*/,?#-]+){4}\s*$"
 MAX_LEAD_DAYS = 366
 MAX_TITLE_LENGTH = 500
+MAX_REF_LENGTH = 1000
 
 metadata = MetaData(
     naming_convention={
@@ -183,6 +184,7 @@ job_queue = Table(
     UniqueConstraint("source", "source_ref", name="job_queue_source_identity"),
     CheckConstraint("num_nonnulls(scheduled_for, event_id, source_ref) = 1", name="one_origin"),
     CheckConstraint("(source IS NULL) = (source_ref IS NULL)", name="source_has_ref"),
+    CheckConstraint(f"char_length(source_ref) BETWEEN 1 AND {MAX_REF_LENGTH}", name="source_ref_length"),
     CheckConstraint(_one_of("state", RUN_STATES), name="state_valid"),
     CheckConstraint(
         "(state = 'running') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)",
