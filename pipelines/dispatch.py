@@ -18,7 +18,7 @@ from typing import Callable, TypeVar
 
 from psycopg import errors as pg_errors
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from pipelines.periods import Period
 from pipelines.planner import DutyRow, Mode, Plan, plan
@@ -155,6 +155,11 @@ _MISSING = f"""
 """
 
 
+class DatabaseWentAway(RuntimeError):
+    """The connection to PostgreSQL broke mid-run. Pages committed before stay whole
+    (each page is one transaction), and the next run completes the rest."""
+
+
 @dataclass
 class DispatchReport:
     frequency: str
@@ -273,11 +278,18 @@ def dispatch(
         raise ValueError("no periods requested")
     report = DispatchReport(frequency, mode, as_of, requested[0].key, requested[-1].key)
     scheduled_at = as_of if mode is Mode.SCHEDULED else None
-    for page in read_pages(engine, frequency, page_size, scheduled_at):
-        report.pages += 1
-        report.duties_read += len(page)
-        page_plan = plan(page, frequency=frequency, mode=mode, as_of=as_of, requested=requested)
-        report.counts.update(page_plan.counts)
-        report.unplannable.update(page_plan.unplannable)
-        write_plan(engine, page_plan, report)
+    try:
+        for page in read_pages(engine, frequency, page_size, scheduled_at):
+            report.pages += 1
+            report.duties_read += len(page)
+            page_plan = plan(page, frequency=frequency, mode=mode, as_of=as_of, requested=requested)
+            report.counts.update(page_plan.counts)
+            report.unplannable.update(page_plan.unplannable)
+            write_plan(engine, page_plan, report)
+    except OperationalError as error:
+        raise DatabaseWentAway(
+            f"{frequency} dispatch lost the database during page {report.pages} "
+            f"({report.total('created')} tasks created in the pages before it, which stay; "
+            f"the next run creates the rest): {error.orig}"
+        ) from error
     return report
