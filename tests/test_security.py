@@ -6,13 +6,15 @@ from datetime import date, datetime, timezone
 
 import psycopg
 import pytest
-from dagster import DagsterInstance, materialize
+from dagster import DagsterInstance, build_sensor_context, materialize
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from sqlalchemy import insert, make_url, text
 
 from pipelines.definitions import defs
 from pipelines.queue import enqueue_scheduled, register_job
 from pipelines.schema import task
+from resources.github import github_from_env
+from tests.fake_github import FakeGitHub
 from tests.helpers import add_duty, database_fingerprint, tenant
 
 T0 = datetime(2026, 8, 31, 20, 0, tzinfo=timezone.utc)
@@ -125,6 +127,29 @@ def test_role_and_setting_tricks_fail_closed(database_url, engine, trick, error)
             assert count <= 1  # never another workspace's row
 
 
+def _github_sensor_ticks(monkeypatch) -> str:
+    """Sensor ticks as the daemon runs them, with the token from the environment: one
+    that succeeds, one that meets an outage, and one whose error body echoes the token."""
+    told = []
+    with FakeGitHub() as github:
+        github.add_issues("octo/cat", 3)
+        monkeypatch.setenv("ROTA_GITHUB_API_URL", github.url)
+        monkeypatch.setenv("ROTA_GITHUB_REPOSITORIES", "octo/cat")
+        sensor = defs.resolve_sensor_def("github_issues_sensor")
+        for script in ([], [{"status": 503}] * 4, [{"status": 401, "body": f"bad credentials {SECRET_TOKEN}"}] * 4):
+            github.script += script
+            try:
+                resources = {**defs.resources, "github": github_from_env()}  # as a fresh process builds it
+                with build_sensor_context(definitions=defs, resources=resources,
+                                          instance=DagsterInstance.ephemeral()) as context:
+                    told.append(repr(sensor.evaluate_tick(context)))
+            except Exception as error:  # noqa: BLE001 - what a failing tick shows is the point
+                told.append(f"{error!r} {error}")
+        assert github.requests, told
+        assert github.requests[0]["authorization"] == f"Bearer {SECRET_TOKEN}"  # the token was used
+    return "\n".join(told)
+
+
 SECRET_PASSWORD = "s3cret-Pa55-" + uuid.uuid4().hex[:8]
 SECRET_TOKEN = "ghp_" + uuid.uuid4().hex
 
@@ -156,7 +181,7 @@ def test_secrets_never_reach_logs_metadata_or_run_records(database_url, engine, 
                              tags={ASSET_PARTITION_RANGE_START_TAG: "2026-08-01",
                                    ASSET_PARTITION_RANGE_END_TAG: "2026-08-01"})
         assert not failed.success
-        stored = []
+        stored = [_github_sensor_ticks(monkeypatch)]
         for record in instance.get_run_records():
             stored.append(repr(record.dagster_run))
             for entry in instance.all_logs(record.dagster_run.run_id):

@@ -71,8 +71,17 @@ class GitHubClient:
         self.session = session or requests.Session()
         self.session.headers.update({"Accept": "application/vnd.github+json",
                                      "X-GitHub-Api-Version": "2022-11-28"})
+        self._token = token
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def excerpt(self, response: requests.Response) -> str:
+        """The start of an answer, for an error message, with the token blanked out: a
+        proxy or a misbehaving server may echo the request's credentials."""
+        text = response.text
+        if self._token:
+            text = text.replace(self._token, "[ROTA_GITHUB_TOKEN]")
+        return repr(text[:200])
 
     def _rate_limit_wait(self, response: requests.Response) -> float | None:
         if response.status_code not in (403, 429):
@@ -131,7 +140,7 @@ class GitHubClient:
                 return poll
             if response.status_code != 200:
                 raise GitHubError(f"{repository}: GitHub answered {response.status_code} on page {page}: "
-                                  f"{response.text[:200]!r}")
+                                  f"{self.excerpt(response)}")
             try:
                 items = response.json()
             except (json.JSONDecodeError, ValueError) as error:
