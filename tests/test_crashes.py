@@ -2,13 +2,16 @@
 SIGKILL, its connection terminated by the server. Whatever was committed is whole, and
 the next run completes the work exactly as the planner expects."""
 
+import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -16,10 +19,20 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from benchmarks.data import load_duties
+from pipelines import migrations
 from pipelines.dispatch import DatabaseWentAway, dispatch, read_pages
 from pipelines.periods import open_range, parse_instant, periods_between
 from pipelines.planner import Mode, plan
-from resources.server import driver_url, libpq_url
+from pipelines.queue import produce, register_job
+from pipelines.worker import Worker, WorkerSettings
+from resources.server import (
+    ROTA_HOME_DEFAULT,
+    driver_url,
+    libpq_url,
+    start_embedded,
+    stop_embedded,
+    with_database,
+)
 
 AS_OF = "2026-12-02T12:00:00Z"
 PROJECT = Path(__file__).resolve().parent.parent
@@ -69,8 +82,9 @@ def _marks_ahead_of_tasks(engine) -> int:
     """Duties whose last_dispatched_period is not the newest of their tasks."""
     with engine.connect() as conn:
         return conn.execute(text(
-            "SELECT count(*) FROM duty d WHERE d.last_dispatched_period IS DISTINCT FROM "
-            "(SELECT max(t.period_key) FROM task t WHERE t.duty_id = d.id)")).scalar_one()
+            "SELECT count(*) FROM duty d "
+            "LEFT JOIN (SELECT duty_id, max(period_key) AS newest FROM task GROUP BY duty_id) t ON t.duty_id = d.id "
+            "WHERE d.last_dispatched_period IS DISTINCT FROM t.newest")).scalar_one()
 
 
 def _reset(engine):
@@ -141,3 +155,112 @@ def test_a_terminated_connection_fails_the_run_loudly_and_the_next_run_heals(dat
     _run(engine, page_size=2000)
     assert sorted(_tasks(engine)) == sorted(expected)
     assert _marks_ahead_of_tasks(engine) == 0
+
+
+@pytest.fixture
+def private_server():
+    """A server of this test's own, so it can be crashed without taking the suite's down."""
+    datadir = ROTA_HOME_DEFAULT / "test" / f"crash-{os.getpid()}"
+    shutil.rmtree(datadir, ignore_errors=True)
+    datadir.parent.mkdir(parents=True, exist_ok=True)
+    start_embedded(datadir, database="postgres")
+    yield datadir
+    stop_embedded(datadir)
+    shutil.rmtree(datadir, ignore_errors=True)
+
+
+def _crash_and_restart(datadir):
+    stop_embedded(datadir, mode="immediate")
+    time.sleep(0.5)
+    start_embedded(datadir, database="postgres")
+
+
+@pytest.mark.slow
+def test_postgres_crashing_mid_dispatch_and_mid_worker_run_fails_loudly_and_heals(private_server, caplog):
+    server = start_embedded(private_server, database="postgres")
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute("CREATE DATABASE rota")
+    url = with_database(server, "rota")
+    migrations.upgrade(url)
+    engine = create_engine(driver_url(url), pool_pre_ping=True)
+    load_duties(engine, 60_000, frequencies=[("monthly", 1)])
+    expected = _expected(engine)
+
+    outcome = {}
+
+    def dispatching():
+        try:
+            _run(engine, page_size=1000)
+            outcome["result"] = "finished"
+        except Exception as error:  # noqa: BLE001 - the error is what is tested
+            outcome["result"] = error
+
+    writer = threading.Thread(target=dispatching)
+    writer.start()
+    deadline = time.monotonic() + 60
+    while not _tasks_or_none(engine) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _crash_and_restart(private_server)
+    writer.join(timeout=60)
+    error = outcome["result"]
+    assert isinstance(error, DatabaseWentAway), error
+    assert "lost the database" in str(error)
+    partial = _tasks(engine)
+    assert 0 < len(partial) < len(expected) and set(partial) <= expected
+    assert _marks_ahead_of_tasks(engine) == 0
+    _run(engine, page_size=1000)
+    assert sorted(_tasks(engine)) == sorted(expected)
+    assert _marks_ahead_of_tasks(engine) == 0
+
+    # A worker with a run in progress when the database crashes: it says so, waits the
+    # outage out, and the run is reclaimed and completed once the database is back.
+    import tests.worker_handlers  # noqa: F401 - registers the "sleep" handler
+
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE handler_call (run_id bigint, attempt int, job text, "
+                          "at timestamptz DEFAULT clock_timestamp())"))
+    job_id = register_job(engine, "sleep")
+    produce(engine, "test", "outage", "sleep", {"seconds": 1.5})
+    worker = Worker(engine, WorkerSettings(lease=timedelta(seconds=2), poll_interval=0.05,
+                                           reclaim_interval=0.2, backoff=timedelta(0)))
+    runner = threading.Thread(target=worker.run)
+    caplog.set_level(logging.INFO, logger="pipelines.worker")
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not _handler_calls(engine) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _crash_and_restart(private_server)
+        deadline = time.monotonic() + 60
+        while _run_state(engine, job_id) != "succeeded" and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        worker.stopping.set()
+        runner.join(timeout=30)
+    assert _run_state(engine, job_id) == "succeeded"
+    assert "the database went away" in caplog.text
+    assert [attempt for (attempt,) in _handler_calls(engine)] == [1, 2]
+    engine.dispose()
+
+
+def _tasks_or_none(engine):
+    try:
+        return _tasks(engine)
+    except Exception:  # noqa: BLE001 - polling while the writer works
+        return None
+
+
+def _handler_calls(engine):
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT attempt FROM handler_call ORDER BY at")).all()
+    except Exception:  # noqa: BLE001 - the database may be restarting
+        return []
+
+
+def _run_state(engine, job_id):
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT state FROM job_queue WHERE job_id = :j"), {"j": job_id}).scalar_one()
+    except Exception:  # noqa: BLE001 - the database may be restarting
+        return None
