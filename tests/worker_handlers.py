@@ -29,3 +29,8 @@ def sleep(run, engine):
 def boom(run, engine):
     record(run, engine)
     raise RuntimeError(f"boom on attempt {run.attempts}: it's a \"quoted\" failure; DROP TABLE job;")
+
+
+@handler("count-events")
+def count_events(run, engine):
+    record(run, engine)
