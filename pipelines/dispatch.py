@@ -20,7 +20,7 @@ from psycopg import errors as pg_errors
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from pipelines.periods import Period
+from pipelines.periods import Period, local_dates
 from pipelines.planner import DutyRow, Mode, Plan, plan
 
 log = logging.getLogger(__name__)
@@ -32,37 +32,48 @@ _READ_PAGE = """
     SELECT id, kind, frequency, timezone, lead_days,
            effective_from, effective_to, state, last_dispatched_period
     FROM duty d
+    {local_dates}
     WHERE frequency = %(frequency)s AND kind = 'recurring' AND state = 'active' AND id > %(after)s
       AND {has_work}
     ORDER BY id
     LIMIT %(page_size)s
 """
 
-# A scheduled run offers a duty nothing when its last_dispatched_period is already at or
-# past the newest period the run could emit for it: the later of the current period and
-# the last period whose visible_from (due date - lead_days) has come, both taken at the
-# duty's own local date. Computing that key in SQL keeps such duties out of the read, so
-# a run that has nothing to do reads (almost) nothing. It is a pre-filter only: every
-# duty it lets through is planned in full by the planner, and a test holds it against
-# the planner on random duties. Dates are cast to `timestamp` so no session TimeZone
-# takes part in the calendar arithmetic.
-_SCHEDULED_HAS_WORK = """
-    (d.last_dispatched_period IS NULL OR d.last_dispatched_period < (
-        WITH local AS (
-            SELECT (CAST(%(as_of)s AS timestamptz) AT TIME ZONE d.timezone)::date AS today
-        ),
-        reach AS (
-            SELECT today, CAST(today + d.lead_days AS timestamp) AS day,
-                   date_trunc(%(unit)s, CAST(today + d.lead_days AS timestamp)) AS start
-            FROM local
-        )
-        SELECT to_char(greatest(
-                   date_trunc(%(unit)s, CAST(today AS timestamp)),
-                   CASE WHEN start + CAST(%(step)s AS interval) - interval '1 day' <= day THEN start
-                        ELSE date_trunc(%(unit)s, start - interval '1 day') END),
-               %(key_format)s)
-        FROM reach
-    ))
+# A scheduled run offers a duty nothing when its local today lies outside its window, or
+# when its last_dispatched_period is already at or past the newest period the run could
+# emit for it (_NEWEST_EMITTABLE). Computing that key in SQL keeps such duties out of the
+# read, so a run that has nothing to do reads (almost) nothing. It is a pre-filter only:
+# every duty it lets through is planned in full by the planner, and a test holds it
+# against the planner on random duties. Each zone's today comes from Python (the
+# planner's calendar), joined by name; a zone Python does not know has no today and is
+# always read, so the planner can report it. Dates are cast to `timestamp` so no session
+# TimeZone takes part in the calendar arithmetic.
+_LOCAL_DATES = ("LEFT JOIN unnest(string_to_array(%(zones)s, ','), string_to_array(%(todays)s, ',')::date[]) "
+                "AS z(name, today) ON z.name = d.timezone")
+
+
+def _newest_period_due_by(day: str) -> str:
+    """SQL: the start of the newest period (of the run's frequency) whose last day is on or
+    before `day`, a timestamp expression."""
+    start = f"date_trunc(%(unit)s, {day})"
+    return (f"CASE WHEN {start} + CAST(%(step)s AS interval) - interval '1 day' <= {day} THEN {start} "
+            f"ELSE date_trunc(%(unit)s, {start} - interval '1 day') END")
+
+
+# The newest period a scheduled run may emit for a duty: the current period, or the last
+# one whose visible_from has come if later, but none due after the duty's window closes.
+_NEWEST_EMITTABLE = f"""
+    least(greatest(date_trunc(%(unit)s, CAST(z.today AS timestamp)),
+                   {_newest_period_due_by("CAST(z.today + d.lead_days AS timestamp)")}),
+          CASE WHEN d.effective_to IS NOT NULL
+               THEN {_newest_period_due_by("CAST(d.effective_to AS timestamp)")} END)
+"""
+_SCHEDULED_HAS_WORK = f"""
+    (z.today IS NULL OR (
+        (d.effective_from IS NULL OR d.effective_from <= z.today)
+        AND (d.effective_to IS NULL OR z.today <= d.effective_to)
+        AND (d.last_dispatched_period IS NULL
+             OR d.last_dispatched_period < to_char({_NEWEST_EMITTABLE}, %(key_format)s))))
 """
 _UNITS = {"daily": ("day", "1 day", "YYYY-MM-DD"), "weekly": ("week", "1 week", 'IYYY-"W"IW'),
           "monthly": ("month", "1 month", "YYYY-MM"), "quarterly": ("quarter", "3 months", 'YYYY-"Q"Q'),
@@ -207,6 +218,16 @@ def _retrying_deadlocks(work: Callable[[], T], report: DispatchReport) -> T:
     raise AssertionError("unreachable")
 
 
+def _used_periods(page_plan: Plan) -> dict[int, tuple[int, int]]:
+    """Per group, the span of period indexes some slice uses: a group with a long lead
+    has hundreds of candidate periods, of which a steady-state run needs a handful."""
+    used: dict[int, tuple[int, int]] = {}
+    for s in page_plan.slices:
+        first, last = used.get(s.group, (s.first, s.last))
+        used[s.group] = (min(first, s.first), max(last, s.last))
+    return used
+
+
 def write_plan(engine: Engine, page_plan: Plan, report: DispatchReport) -> None:
     """Write one page's tasks in one transaction and verify that every one now exists."""
     if not page_plan.slices:
@@ -220,9 +241,10 @@ def write_plan(engine: Engine, page_plan: Plan, report: DispatchReport) -> None:
                 cursor.execute(statement)
             with cursor.copy(_COPY_PERIODS) as copy:
                 copy.set_types(_PERIOD_TYPES)
-                for group, periods in enumerate(page_plan.groups):
-                    for index, period in enumerate(periods):
-                        copy.write_row((group, index, *period))
+                for group, (first, last) in _used_periods(page_plan).items():
+                    periods = page_plan.groups[group]
+                    for index in range(first, last + 1):
+                        copy.write_row((group, index, *periods[index]))
             with cursor.copy(_COPY_SLICES) as copy:
                 copy.set_types(_SLICE_TYPES)
                 for row in page_plan.slices:
@@ -246,19 +268,26 @@ def write_plan(engine: Engine, page_plan: Plan, report: DispatchReport) -> None:
 def read_pages(engine: Engine, frequency: str, page_size: int, scheduled_at: datetime | None = None):
     """Yield the dispatchable duties of one frequency, a keyset page at a time. With
     `scheduled_at`, only those a scheduled run at that instant may still have work for."""
-    query = _READ_PAGE.format(has_work=_SCHEDULED_HAS_WORK if scheduled_at else "true")
-    unit, step, key_format = _UNITS[frequency]
-    params = {"frequency": frequency, "page_size": page_size, "as_of": scheduled_at, "unit": unit,
-              "step": step, "key_format": key_format}
+    if scheduled_at is None:
+        query, params = _READ_PAGE.format(local_dates="", has_work="true"), {}
+    else:
+        unit, step, key_format = _UNITS[frequency]
+        zones, todays = local_dates(scheduled_at)
+        query = _READ_PAGE.format(local_dates=_LOCAL_DATES, has_work=_SCHEDULED_HAS_WORK)
+        # Two strings, not two arrays: a 600-element text array costs more to bind than
+        # the whole query takes to run. Zone names hold no comma.
+        params = {"zones": zones, "todays": todays, "unit": unit, "step": step, "key_format": key_format}
+    params.update(frequency=frequency, page_size=page_size)
     after = 0
     while True:
         with engine.connect() as conn:
             cursor = conn.connection.driver_connection.cursor()
             rows = cursor.execute(query, {**params, "after": after}).fetchall()
             conn.rollback()
-        if not rows:
+        if rows:
+            yield [DutyRow._make(row) for row in rows]
+        if len(rows) < page_size:
             return
-        yield [DutyRow._make(row) for row in rows]
         after = rows[-1][0]
 
 

@@ -7,6 +7,7 @@ chronological; keys of different frequencies are never compared.
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import lru_cache
+import zoneinfo
 from zoneinfo import ZoneInfo
 
 import pendulum
@@ -109,6 +110,22 @@ def local_date(instant: datetime, timezone: str) -> date:
 # Converting through pendulum reloads the zone on every call, and stdlib's own cache
 # keeps only a handful strongly: a run touches every zone once per group.
 _zone = lru_cache(maxsize=None)(ZoneInfo)
+
+
+@lru_cache(maxsize=64)
+def local_dates(instant: datetime) -> tuple[str, str]:
+    """Every zone Python knows and its calendar date at `instant`, as two comma-separated
+    lists: what SQL compares against, so that SQL never does zone arithmetic of its own.
+    PostgreSQL's tz database and Python's are separate releases and disagree now and then
+    (Africa/Casablanca at the turn of 2027: UTC+0 in one, UTC+1 in the other); the
+    planner's answer is the one."""
+    names = sorted(_available_zones())
+    return ",".join(names), ",".join(local_date(instant, name).isoformat() for name in names)
+
+
+@lru_cache(maxsize=1)
+def _available_zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
 
 
 def open_range(frequency: str, instant: datetime, max_lead_days: int) -> tuple[Period, Period]:

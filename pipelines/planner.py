@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from enum import Enum
+from functools import lru_cache
 from typing import Iterable, NamedTuple
 
 from pipelines.periods import Period, following, local_date, period_containing
@@ -70,7 +71,7 @@ class Slice(NamedTuple):
 
 @dataclass
 class Plan:
-    groups: list[list[PeriodRow]] = field(default_factory=list)
+    groups: list[tuple[PeriodRow, ...]] = field(default_factory=list)
     slices: list[Slice] = field(default_factory=list)
     # (timezone, outcome) -> count; outcomes: skipped (requested, but beyond what a
     # scheduled run at as_of reaches, or outside the run's partition range) and
@@ -107,12 +108,25 @@ def dispatchable(duty: DutyRow, frequency: str) -> bool:
     return duty.kind == "recurring" and duty.state == "active" and duty.frequency == frequency
 
 
-def _scheduled_candidates(frequency: str, today: date, lead_days: int) -> list[Period]:
-    """The current period, unconditionally, and every later one whose lead window is open."""
+class Candidates(NamedTuple):
+    rows: tuple[PeriodRow, ...]
+    keys: tuple[str, ...]
+    ends: tuple[date, ...]
+
+
+def _candidates(periods: Iterable[Period], lead_days: int) -> Candidates:
+    rows = tuple(PeriodRow(p.key, p.start, p.end, _visible_from(p, lead_days)) for p in periods)
+    return Candidates(rows, tuple(r.key for r in rows), tuple(r.end for r in rows))
+
+
+@lru_cache(maxsize=4096)
+def _scheduled_candidates(frequency: str, today: date, lead_days: int) -> Candidates:
+    """The current period, unconditionally, and every later one whose lead window is open.
+    Cached: every hourly tick of a local day asks again, and a long lead makes hundreds."""
     periods = [period_containing(frequency, today)]
     while _visible_from(nxt := following(periods[-1]), lead_days) <= today:
         periods.append(nxt)
-    return periods
+    return _candidates(periods, lead_days)
 
 
 def plan(
@@ -137,6 +151,9 @@ def plan(
     if as_of.tzinfo is None:
         raise ValueError(f"as_of {as_of.isoformat()} has no UTC offset")
     requested_keys = {p.key for p in requested}
+    # A requested range without holes (what every run asks for) lets a scheduled group's
+    # candidates be taken whole when its first and last fall inside it.
+    contiguous = all(following(a) == b for a, b in zip(requested, requested[1:]))
     groups: dict[tuple[str, int], list[DutyRow]] = defaultdict(list)
     for duty in duties:
         if dispatchable(duty, frequency):
@@ -154,18 +171,21 @@ def plan(
             continue
         if mode is Mode.SCHEDULED:
             due = _scheduled_candidates(frequency, today, lead_days)
-            candidates = [p for p in due if p.key in requested_keys]
+            if contiguous and due.keys[0] in requested_keys and due.keys[-1] in requested_keys:
+                candidates = due
+            else:
+                due_keys = set(due.keys)
+                candidates = _candidates([p for p in requested if p.key in due_keys], lead_days)
+            beyond = len(due.rows) - len(candidates.rows)
         else:
-            due = requested
-            candidates = [p for p in requested
-                          if p.start <= today or _visible_from(p, lead_days) <= today]
-        beyond = len(due) - len(candidates)
+            candidates = _candidates([p for p in requested
+                                      if p.start <= today or _visible_from(p, lead_days) <= today], lead_days)
+            beyond = len(requested) - len(candidates.rows)
         scheduled = mode is Mode.SCHEDULED
         group = len(result.groups)
-        result.groups.append([PeriodRow(p.key, p.start, p.end, _visible_from(p, lead_days)) for p in candidates])
-        keys = [p.key for p in candidates]
-        ends = [p.end for p in candidates]
-        count = len(candidates)
+        result.groups.append(candidates.rows)
+        keys, ends = candidates.keys, candidates.ends
+        count = len(keys)
         skipped = outside = dispatched = 0
         for duty in members:
             windowed = duty.effective_from is not None or duty.effective_to is not None

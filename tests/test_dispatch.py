@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import create_engine, text, update
 
 from pipelines.dispatch import dispatch, read_pages
-from pipelines.periods import open_range, parse_instant, period_containing, periods_between
+from pipelines.periods import local_date, open_range, parse_instant, period_containing, periods_between
 from pipelines.planner import Mode, plan
 from pipelines.schema import FREQUENCIES, MAX_LEAD_DAYS, duty, task
 from resources.server import driver_url
@@ -239,9 +239,16 @@ def test_the_scheduled_read_never_leaves_out_a_duty_the_planner_has_work_for(eng
     random ticks (each tick also dispatches, so last_dispatched_period moves as in life)."""
     rng = random.Random(20261202)
     zones = ZONES + ["America/Santiago", "Asia/Tehran", "Australia/Adelaide", "Pacific/Marquesas"]
-    rows = [duty_values(timezone=rng.choice(zones), frequency=rng.choice(FREQUENCIES), title=f"d{i}",
-                        lead_days=rng.choice([0, 0, 1, 6, 7, 13, 30, 31, 45, 90, 91, 200, 366]))
-            for i in range(300)]
+    def some_day():
+        return date(2026, 1, 1) + timedelta(days=rng.randrange(400)) if rng.random() < 0.3 else None
+
+    rows = []
+    for i in range(300):
+        window = sorted((some_day(), some_day()), key=lambda d: d or date.max)
+        rows.append(duty_values(timezone=rng.choice(zones), frequency=rng.choice(FREQUENCIES), title=f"d{i}",
+                                lead_days=rng.choice([0, 0, 1, 6, 7, 13, 30, 31, 45, 90, 91, 200, 366]),
+                                effective_from=window[0] if rng.random() < 0.5 else None,
+                                effective_to=window[1] if window[1] and window[1] != window[0] else None))
     insert_duties(engine, rows)
     tick = parse_instant("2026-01-01T00:00:00Z")
     filtered_out = 0
@@ -282,3 +289,21 @@ def test_a_duty_deleted_while_its_tasks_are_being_written_leaves_no_orphan(datab
             "SELECT count(*) FROM task t WHERE NOT EXISTS (SELECT 1 FROM duty d WHERE d.id = t.duty_id)")).scalar_one()
         assert orphans == 0
         assert check.execute(text("SELECT count(DISTINCT duty_id) FROM task")).scalar_one() == 49
+
+
+def test_the_scheduled_read_uses_the_planners_calendar_where_the_tz_databases_disagree(engine):
+    """PostgreSQL's tz database and Python's are separate releases: at 2026-12-31T23:00Z
+    this PostgreSQL puts Africa/Casablanca at UTC+0 (still 2026-12-31), Python's tzdata at
+    UTC+1 (already 2027-01-01). The read must not decide by PostgreSQL's calendar."""
+    tick = parse_instant("2026-12-31T23:00:00Z")
+    with engine.connect() as conn:
+        postgres_day = conn.execute(text("SELECT (CAST(:t AS timestamptz) AT TIME ZONE 'Africa/Casablanca')::date"),
+                                    {"t": tick}).scalar_one()
+    python_day = local_date(tick, "Africa/Casablanca")
+    duty_id = add_duty(engine, frequency="daily", timezone="Africa/Casablanca",
+                       last_dispatched_period=(python_day - timedelta(days=1)).isoformat())
+    run(engine, tick.isoformat(), periods_between(*open_range("daily", tick, 0)), frequency="daily")
+    # With the versions pinned here the days differ by one; a read by PostgreSQL's
+    # calendar found no work for this duty, and the task was never made.
+    assert postgres_day in (python_day, python_day - timedelta(days=1))
+    assert task_keys(engine, duty_id) == [python_day.isoformat()]

@@ -162,9 +162,13 @@ def test_a_year_of_hourly_ticks_produces_exactly_the_expected_tasks(engine):
             actual[duty_id].append(key)
         total, distinct = conn.execute(text("SELECT count(*), count(DISTINCT (duty_id, period_key)) FROM task")).one()
         marks = dict(conn.execute(text("SELECT id, last_dispatched_period FROM duty")).all())
+    by_id = {d["id"]: d for d in duties}
+    mismatched = {d: (sorted(set(keys) - set(actual.get(d, []))), sorted(set(actual.get(d, [])) - set(keys)),
+                      by_id[d], pauses.get(d))
+                  for d, keys in expected.items() if actual.get(d, []) != keys}
+    assert not mismatched, f"{len(mismatched)} duties differ (expected-only, actual-only, duty, pauses): " + \
+        repr(list(mismatched.values())[:4])
     assert total == distinct == sum(len(keys) for keys in expected.values())
-    mismatched = {d: (actual.get(d, []), keys) for d, keys in expected.items() if actual.get(d, []) != keys}
-    assert not mismatched, list(mismatched.items())[:5]
     assert marks == {d: (keys[-1] if keys else None) for d, keys in expected.items()}
     # The year exercised what it was meant to: gaps left by pauses, closed windows, long leads.
     assert sum(1 for d in duties if expected[d["id"]] and d["lead_days"] == 366) > 10
