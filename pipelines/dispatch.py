@@ -315,10 +315,10 @@ def dispatch(
             report.counts.update(page_plan.counts)
             report.unplannable.update(page_plan.unplannable)
             write_plan(engine, page_plan, report)
-    except OperationalError as error:
+    except (OperationalError, pg_errors.OperationalError) as error:  # through SQLAlchemy, or a raw cursor
         raise DatabaseWentAway(
             f"{frequency} dispatch lost the database during page {report.pages} "
             f"({report.total('created')} tasks created in the pages before it, which stay; "
-            f"the next run creates the rest): {error.orig}"
+            f"the next run creates the rest): {getattr(error, 'orig', error)}"
         ) from error
     return report

@@ -15,7 +15,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import Engine
+from psycopg import OperationalError as DriverOperationalError
 from sqlalchemy.exc import OperationalError
+
+# A lost database surfaces through SQLAlchemy, or through a raw psycopg cursor.
+DATABASE_GONE = (OperationalError, DriverOperationalError)
 
 from pipelines.handlers import HANDLERS
 from pipelines.queue import (
@@ -87,7 +91,7 @@ class Worker:
         else:
             try:
                 finished = complete(self.engine, run.id, self.id)
-            except OperationalError:
+            except DATABASE_GONE:
                 log.error("run %d of %s finished, but the database went away before that was recorded; "
                           "it will be reclaimed and run again when its lease expires", run.id, run.job_name)
                 raise
@@ -123,11 +127,11 @@ class Worker:
                 try:
                     self._work_once()
                     outage = 0
-                except OperationalError as error:
+                except DATABASE_GONE as error:
                     outage += 1
                     wait = min(self.settings.poll_interval * 2 ** outage, 30.0)
                     log.error("the database went away (%s); retrying in %.1f s",
-                              str(error.orig).strip().splitlines()[0], wait)
+                              str(getattr(error, "orig", error)).strip().splitlines()[0], wait)
                     self._current = None
                     with self._held_lock:
                         self._held.clear()  # their leases expire and reclaim hands them on
@@ -136,7 +140,7 @@ class Worker:
             self._done.set()
             try:
                 released = self.hand_back_everything()
-            except OperationalError:
+            except DATABASE_GONE:
                 log.error("could not hand back claimed runs, the database is away; they are "
                           "reclaimed when their leases expire")
             else:
