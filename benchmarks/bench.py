@@ -21,7 +21,7 @@ from sqlalchemy import Engine, create_engine, text
 from benchmarks.data import load_duties, reset_dispatch
 from pipelines import migrations
 from pipelines.dispatch import DEFAULT_PAGE_SIZE, dispatch, read_pages
-from pipelines.periods import local_date, open_range, period_containing, periods_between
+from pipelines.periods import open_range, period_containing, periods_between
 from pipelines.planner import Mode, plan
 from pipelines.queue import enqueue_scheduled_many, register_job
 from pipelines.schema import FREQUENCIES

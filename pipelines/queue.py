@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Iterator
 from uuid import UUID
 
-from sqlalchemy import ARRAY, BigInteger, Connection, DateTime, Engine, Text, bindparam, text
+from sqlalchemy import ARRAY, BigInteger, Connection, Engine, Text, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
 from pipelines.cron import InvalidCron, validate_cron

@@ -13,7 +13,6 @@ time.tzset()
 
 import itertools  # noqa: E402
 import uuid  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import psycopg  # noqa: E402
 import pytest  # noqa: E402

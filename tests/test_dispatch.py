@@ -6,7 +6,6 @@ import threading
 import time
 from datetime import date, timedelta
 
-import pytest
 from sqlalchemy import create_engine, text, update
 
 from pipelines.dispatch import dispatch, read_pages

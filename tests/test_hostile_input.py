@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from pipelines.cron import InvalidCron
 from pipelines.queue import produce, register_job
 from pipelines.schema import duty, job_queue
-from tests.helpers import add_duty, database_fingerprint, duty_values, insert_duties, task_keys
+from tests.helpers import add_duty, database_fingerprint, duty_values, insert_duties, rows_only, task_keys
 from tests.test_dagster import run_asset
 
 HOSTILE_TEXT = [
@@ -25,12 +25,6 @@ HOSTILE_TEXT = [
     "E'\\\\' || current_user || '",
     "\u202e\u200b emoji 🦆 and 中文",
 ]
-
-
-def rows_only(fingerprint: dict) -> dict:
-    """A refused INSERT written by hand has drawn identity values before the row was
-    checked; sequences are not transactional, so only the rows can stay untouched."""
-    return {name: value for name, value in fingerprint.items() if not name.startswith("sequence ")}
 
 
 @pytest.mark.parametrize("overrides, field", [

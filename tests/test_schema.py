@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, insert, text
 from sqlalchemy.exc import IntegrityError
 
 from pipelines import migrations
-from pipelines.schema import duty, task
+from pipelines.schema import task
 from resources.server import driver_url
 from tests.helpers import add_duty, tenant
 
