@@ -12,7 +12,6 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetsDefinition,
-    BackfillPolicy,
     Config,
     Failure,
     MaterializeResult,
@@ -22,7 +21,7 @@ from dagster import (
 from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 
 from pipelines.dispatch import DispatchReport, dispatch
-from pipelines.partitions import TASK_PARTITIONS, task_asset_name
+from pipelines.partitions import SINGLE_RUN, TASK_PARTITIONS, task_asset_name
 from pipelines.periods import parse_instant, period_from_partition_key, periods_between
 from pipelines.planner import Mode
 from pipelines.schema import FREQUENCIES
@@ -59,7 +58,7 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
     @asset(
         name=name,
         partitions_def=TASK_PARTITIONS[frequency],
-        backfill_policy=BackfillPolicy.single_run(),
+        backfill_policy=SINGLE_RUN,
         check_specs=[AssetCheckSpec(COMPLETENESS_CHECK, asset=name,
                                     description="every eligible duty has exactly one task per period")],
         group_name="dispatch",

@@ -160,8 +160,10 @@ _ENQUEUE_SCHEDULED_MANY = """
         SELECT * FROM unnest(%b::bigint[], %b::timestamptz[]) AS o(job_id, scheduled_for)
     )
     INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
-    SELECT o.job_id, (SELECT workspace_id FROM job WHERE id = o.job_id), o.scheduled_for, o.scheduled_for
+    SELECT o.job_id, j.workspace_id, o.scheduled_for, o.scheduled_for
     FROM offered o
+    -- LEFT: an unknown job must reach job_queue_job_id_fkey and fail, not vanish
+    LEFT JOIN job j ON j.id = o.job_id
     WHERE NOT EXISTS (
         SELECT 1 FROM job_queue q WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
     )
@@ -171,18 +173,29 @@ _ENQUEUE_SCHEDULED_MANY = """
 """
 
 
+# A racing producer waits at its first conflicting row until the winner commits, and one
+# statement would then probe every remaining row against the winner's, one by one. So a
+# short first statement meets any racer; the rest, in a new snapshot that holds the
+# racer's committed rows, drops them as a set in the anti-join.
+ENQUEUE_FIRST = 100
 def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, datetime]]) -> list[int]:
-    """Queue many (job_id, fire time) runs in one statement; returns the job id of each
-    run created. Pairs that exist are filtered inside the statement (no identity value
-    is consumed for them); ON CONFLICT guards against a racing producer."""
+    """Queue many (job_id, fire time) runs in one transaction; returns the job id of
+    each run created. Pairs that exist are filtered inside each statement (no identity
+    value is consumed for them); ON CONFLICT guards against a racing producer. Every
+    producer writes in the same order, so racing producers cannot deadlock."""
     if not pairs:
         return []
     ordered = sorted({(job_id, _aware(at, "scheduled_for")) for job_id, at in pairs})
+    created = []
     with transaction(conn) as c:
         cursor = c.connection.driver_connection.cursor()
-        rows = cursor.execute(_ENQUEUE_SCHEDULED_MANY, ([job_id for job_id, _ in ordered],
-                                                        [at for _, at in ordered])).fetchall()
-        return [job_id for (job_id,) in rows]
+        for chunk in (ordered[:ENQUEUE_FIRST], ordered[ENQUEUE_FIRST:]):
+            if not chunk:
+                continue
+            rows = cursor.execute(_ENQUEUE_SCHEDULED_MANY, ([job_id for job_id, _ in chunk],
+                                                            [at for _, at in chunk])).fetchall()
+            created.extend(job_id for (job_id,) in rows)
+    return created
 
 
 # ------------------------------------------------------------------- event runs

@@ -8,7 +8,6 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
-    BackfillPolicy,
     Failure,
     HourlyPartitionsDefinition,
     MaterializeResult,
@@ -18,6 +17,7 @@ from dagster import (
 from sqlalchemy import ARRAY, BigInteger, DateTime, bindparam, text
 
 from pipelines.assets import AsOfConfig, run_instant
+from pipelines.partitions import SINGLE_RUN
 from pipelines.queue import enqueue_scheduled_many
 from pipelines.scheduling import ScheduledJob, plan_fire_times
 from resources.postgres import PostgresResource
@@ -47,7 +47,7 @@ _MISSING_RUNS = text(
 @asset(
     name=SCHEDULED_RUNS,
     partitions_def=HOURLY,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=SINGLE_RUN,
     check_specs=[AssetCheckSpec(FIRE_TIMES_CHECK, asset=SCHEDULED_RUNS,
                                 description="every fire time of the hour has its run in job_queue")],
     group_name="queue",

@@ -66,6 +66,8 @@ def test_enqueue_refuses_a_naive_fire_time_and_raises_other_errors(engine):
         enqueue_scheduled(engine, job_id, datetime(2026, 8, 31, 20))
     with pytest.raises(Exception, match="job_queue_job_id_fkey"):
         enqueue_scheduled(engine, job_id + 1000, T0)
+    with pytest.raises(Exception, match="job_queue_job_id_fkey"):
+        enqueue_scheduled_many(engine, [(job_id, T0), (job_id + 1000, T0)])
     assert runs(engine) == []
 
 

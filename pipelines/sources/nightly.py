@@ -9,7 +9,6 @@ from datetime import date, datetime, timezone
 
 from dagster import (
     AssetExecutionContext,
-    BackfillPolicy,
     DailyPartitionsDefinition,
     Failure,
     MaterializeResult,
@@ -18,6 +17,7 @@ from dagster import (
 from sqlalchemy import Engine, text
 
 from pipelines.handlers import handler
+from pipelines.partitions import SINGLE_RUN
 from pipelines.queue import ClaimedRun, produce_many, reclaim_expired, register_job
 from pipelines.sources import Source
 from resources.maintenance import MaintenanceSettings, maintenance_settings_from_env
@@ -40,7 +40,7 @@ TENANT_AND_QUEUE_TABLES = ("duty", "task", "job", "event", "job_queue")
 @asset(
     name="nightly_maintenance",
     partitions_def=NIGHTLY_PARTITIONS,
-    backfill_policy=BackfillPolicy.single_run(),
+    backfill_policy=SINGLE_RUN,
     group_name="queue",
     kinds={"postgres"},
     description="One nightly-maintenance run per day (ref nightly/YYYY-MM-DD). Backfill by "
