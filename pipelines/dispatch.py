@@ -45,11 +45,16 @@ _READ_PAGE = """
 # read, so a run that has nothing to do reads (almost) nothing. It is a pre-filter only:
 # every duty it lets through is planned in full by the planner, and a test holds it
 # against the planner on random duties. Each zone's today comes from Python (the
-# planner's calendar), joined by name; a zone Python does not know has no today and is
-# always read, so the planner can report it. Dates are cast to `timestamp` so no session
-# TimeZone takes part in the calendar arithmetic.
-_LOCAL_DATES = ("LEFT JOIN unnest(string_to_array(%(zones)s, ','), string_to_array(%(todays)s, ',')::date[]) "
-                "AS z(name, today) ON z.name = d.timezone")
+# planner's calendar); a zone Python does not know has no today and is always read, so
+# the planner can report it. Dates are cast to `timestamp` so no session TimeZone takes
+# part in the calendar arithmetic.
+#
+# Today is an expression, not a join: a join with the zone list cannot hand rows on in
+# index order, so every page would sort all the duties after it (370 ms a page, against
+# 100 ms). `= ANY` of a constant array is a hash lookup, and a zone's today is one of the
+# two or three dates on Earth at that instant, so it takes one `WHEN` per date.
+_TODAY = "CROSS JOIN LATERAL (SELECT CASE {whens} END AS today) z"
+_TODAY_WHEN = "WHEN d.timezone = ANY(string_to_array(%(zones_{n})s, ',')) THEN CAST(%(day_{n})s AS date)"
 
 
 def _newest_period_due_by(day: str) -> str:
@@ -272,11 +277,14 @@ def read_pages(engine: Engine, frequency: str, page_size: int, scheduled_at: dat
         query, params = _READ_PAGE.format(local_dates="", has_work="true"), {}
     else:
         unit, step, key_format = _UNITS[frequency]
-        zones, todays = local_dates(scheduled_at)
-        query = _READ_PAGE.format(local_dates=_LOCAL_DATES, has_work=_SCHEDULED_HAS_WORK)
-        # Two strings, not two arrays: a 600-element text array costs more to bind than
-        # the whole query takes to run. Zone names hold no comma.
-        params = {"zones": zones, "todays": todays, "unit": unit, "step": step, "key_format": key_format}
+        days = local_dates(scheduled_at)
+        today = _TODAY.format(whens=" ".join(_TODAY_WHEN.format(n=n) for n in range(len(days))))
+        query = _READ_PAGE.format(local_dates=today, has_work=_SCHEDULED_HAS_WORK)
+        params = {"unit": unit, "step": step, "key_format": key_format}
+        # Strings, not arrays: a 600-element text array costs more to bind than the whole
+        # query takes to run. Zone names hold no comma.
+        for n, (day, zones) in enumerate(days):
+            params.update({f"zones_{n}": zones, f"day_{n}": day})
     params.update(frequency=frequency, page_size=page_size)
     after = 0
     while True:

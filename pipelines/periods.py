@@ -113,14 +113,16 @@ _zone = lru_cache(maxsize=None)(ZoneInfo)
 
 
 @lru_cache(maxsize=64)
-def local_dates(instant: datetime) -> tuple[str, str]:
-    """Every zone Python knows and its calendar date at `instant`, as two comma-separated
-    lists: what SQL compares against, so that SQL never does zone arithmetic of its own.
-    PostgreSQL's tz database and Python's are separate releases and disagree now and then
-    (Africa/Casablanca at the turn of 2027: UTC+0 in one, UTC+1 in the other); the
-    planner's answer is the one."""
-    names = sorted(_available_zones())
-    return ",".join(names), ",".join(local_date(instant, name).isoformat() for name in names)
+def local_dates(instant: datetime) -> tuple[tuple[date, str], ...]:
+    """Each calendar date some zone is on at `instant` (two or three of them), with the
+    comma-separated names of the zones on it: what SQL compares against, so that SQL
+    never does zone arithmetic of its own. PostgreSQL's tz database and Python's are
+    separate releases and disagree now and then (Africa/Casablanca at the turn of 2027:
+    UTC+0 in one, UTC+1 in the other); the planner's answer is the one."""
+    zones_on: dict[date, list[str]] = {}
+    for name in sorted(_available_zones()):
+        zones_on.setdefault(local_date(instant, name), []).append(name)
+    return tuple((day, ",".join(names)) for day, names in sorted(zones_on.items()))
 
 
 @lru_cache(maxsize=1)
