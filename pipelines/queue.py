@@ -178,6 +178,8 @@ _ENQUEUE_SCHEDULED_MANY = """
 # short first statement meets any racer; the rest, in a new snapshot that holds the
 # racer's committed rows, drops them as a set in the anti-join.
 ENQUEUE_FIRST = 100
+
+
 def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, datetime]]) -> list[int]:
     """Queue many (job_id, fire time) runs in one transaction; returns the job id of
     each run created. Pairs that exist are filtered inside each statement (no identity

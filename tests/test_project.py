@@ -2,6 +2,8 @@
 
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,3 +35,26 @@ def test_the_suite_runs_outside_utc(engine):
     assert session_zone == os.environ["PGTZ"]
     if "ROTA_TEST_ALLOW_UTC" not in os.environ:
         assert session_zone not in ("UTC", "Etc/UTC") and time.timezone != 0
+
+
+def _fresh_interpreter(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-W", "default", "-c", code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_producers_and_the_worker_load_without_dagster():
+    """Importing Dagster costs 1.2 s and 165k objects, whose first full garbage collection
+    every racing producer process then pays (issue 5, enqueue_race)."""
+    done = _fresh_interpreter(
+        "import sys\n"
+        "import pipelines.queue, pipelines.worker, pipelines.dispatch, pipelines.cli\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster')[:3])"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_definitions_load_without_a_warning():
+    done = _fresh_interpreter("import pipelines.definitions")
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
