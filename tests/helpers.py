@@ -1,11 +1,12 @@
 """Shared test helpers: making duties, and proving that a run wrote nothing."""
 
 import multiprocessing
+import time
 import uuid
 
 import psycopg
 
-from sqlalchemy import Engine, insert, make_url, select, text
+from sqlalchemy import Connection, Engine, insert, make_url, select, text
 
 from pipelines.planner import DutyRow
 from pipelines.schema import duty, task
@@ -121,3 +122,17 @@ def race_processes(target, args: tuple, count: int = 8, timeout: float = 120) ->
     for process in processes:
         process.join(timeout=30)
     return outcomes
+
+
+def wait_until_blocked_by(engine: Engine, blocker: Connection, what: str, timeout: float = 20) -> None:
+    """Return once some session waits on a lock `blocker` holds: a sleep would only
+    guess that the other side got that far."""
+    pid = blocker.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    deadline = time.monotonic() + timeout
+    with engine.connect() as observer:
+        while not observer.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"),
+                {"pid": pid}).scalar_one():
+            assert time.monotonic() < deadline, f"{what} never waited"
+            observer.rollback()  # pg_stat_activity is a snapshot per transaction
+            time.sleep(0.05)

@@ -3,7 +3,6 @@ never-touch-a-task guarantee and last_dispatched_period."""
 
 import random
 import threading
-import time
 from datetime import date, timedelta
 
 from sqlalchemy import create_engine, text, update
@@ -22,6 +21,7 @@ from tests.helpers import (
     last_dispatched,
     race_processes,
     task_keys,
+    wait_until_blocked_by,
 )
 
 ZONES = ["UTC", "Asia/Shanghai", "America/Los_Angeles", "Pacific/Kiritimati", "Pacific/Pago_Pago",
@@ -168,14 +168,7 @@ def test_the_dispatcher_never_touches_a_task_a_racing_writer_just_made(engine):
 
         thread = threading.Thread(target=dispatcher)
         thread.start()
-        deadline = time.monotonic() + 20
-        with engine.connect() as observer:
-            while not observer.execute(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO task%'")).scalar_one():
-                assert time.monotonic() < deadline, "the dispatcher never waited on the racing insert"
-                observer.rollback()  # pg_stat_activity is a snapshot per transaction
-                time.sleep(0.05)
+        wait_until_blocked_by(engine, racer, "the dispatcher's insert")
         written = racer.execute(text("SELECT xmin::text, updated_at FROM task")).one()
         racer.commit()
         thread.join(timeout=30)
@@ -277,7 +270,7 @@ def test_a_duty_deleted_while_its_tasks_are_being_written_leaves_no_orphan(datab
     writer = threading.Thread(target=lambda: result.update(report=run(engine, "2026-08-31T20:00:00Z",
                                                                       months("2026-07", "2026-11"))))
     writer.start()
-    time.sleep(1.0)  # the writer has read and planned the victim, and now waits for its row
+    wait_until_blocked_by(engine, conn, "the writer's lock on its page of duties")
     conn.commit()
     writer.join(timeout=60)
     conn.close()
