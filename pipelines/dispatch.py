@@ -11,7 +11,8 @@ deletes a task.
 import logging
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable, TypeVar
@@ -26,6 +27,7 @@ from pipelines.planner import DutyRow, Mode, Plan, plan
 log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 20_000
+DEFAULT_WRITERS = 3
 DEADLOCK_RETRIES = 8
 
 _READ_PAGE = """
@@ -205,19 +207,19 @@ class DispatchReport:
 T = TypeVar("T")
 
 
-def _retrying_deadlocks(work: Callable[[], T], report: DispatchReport) -> T:
-    """Run one page's transaction, retrying it when PostgreSQL picks it as a deadlock victim.
+def _retrying_deadlocks(work: Callable[[], T]) -> tuple[T, int]:
+    """Run one page's transaction, retrying it when PostgreSQL picks it as a deadlock
+    victim; returns its result and how many retries it took.
 
     Inserts go in identity order, which keeps racing writers from deadlocking on the
     unique index; the retry covers what ordering cannot (the duty updates)."""
     for attempt in range(DEADLOCK_RETRIES):
         try:
-            return work()
+            return work(), attempt
         except DBAPIError as error:
             retryable = isinstance(error.orig, (pg_errors.DeadlockDetected, pg_errors.SerializationFailure))
             if not retryable or attempt == DEADLOCK_RETRIES - 1:
                 raise
-            report.deadlocks_retried += 1
             log.warning("page write was a deadlock victim; retrying (attempt %d)", attempt + 2)
             time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
     raise AssertionError("unreachable")
@@ -233,10 +235,17 @@ def _used_periods(page_plan: Plan) -> dict[int, tuple[int, int]]:
     return used
 
 
-def write_plan(engine: Engine, page_plan: Plan, report: DispatchReport) -> None:
+@dataclass
+class PageWritten:
+    created: dict[int, int]
+    missing: list[tuple[int, str]]
+    deadlocks_retried: int
+
+
+def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
     """Write one page's tasks in one transaction and verify that every one now exists."""
     if not page_plan.slices:
-        return
+        return PageWritten({}, [], 0)
     offered = page_plan.size
 
     def work() -> tuple[dict[int, int], list[tuple[int, str]]]:
@@ -255,19 +264,24 @@ def write_plan(engine: Engine, page_plan: Plan, report: DispatchReport) -> None:
                 for row in page_plan.slices:
                     copy.write_row(row)
             # The page's frequency and id range let the duty lookups use duty_dispatch_scan_idx.
-            bounds = {"frequency": report.frequency, "first_id": page_plan.slices[0].duty_id,
+            bounds = {"frequency": frequency, "first_id": page_plan.slices[0].duty_id,
                       "last_id": page_plan.slices[-1].duty_id}
             created = dict(cursor.execute(_WRITE_OFFERED, bounds).fetchall())
             missing = cursor.execute(_MISSING, bounds).fetchall() if sum(created.values()) < offered else []
             return created, missing
 
-    created, missing = _retrying_deadlocks(work, report)
+    (created, missing), retried = _retrying_deadlocks(work)
+    return PageWritten(created, missing, retried)
+
+
+def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten) -> None:
     for s in page_plan.slices:
         timezone = page_plan.timezone_of[s.duty_id]
-        made = created.get(s.duty_id, 0)
+        made = written.created.get(s.duty_id, 0)
         report.counts[(timezone, "created")] += made
         report.counts[(timezone, "existing")] += s.last - s.first + 1 - made
-    report.missing.extend(missing)
+    report.missing.extend(written.missing)
+    report.deadlocks_retried += written.deadlocks_retried
 
 
 def read_pages(engine: Engine, frequency: str, page_size: int, scheduled_at: datetime | None = None):
@@ -307,26 +321,46 @@ def dispatch(
     as_of: datetime,
     requested: list[Period],
     page_size: int = DEFAULT_PAGE_SIZE,
+    writers: int = DEFAULT_WRITERS,
 ) -> DispatchReport:
     """Dispatch one frequency's requested periods at `as_of`. Duties the planner cannot
     plan are reported in `unplannable`; the caller fails the run on them after the rest
-    is written."""
+    is written.
+
+    Up to `writers` pages are written at once, each on its own connection, while the
+    next page is read and planned: pages hold disjoint duties, so their transactions
+    never wait on each other, and a single writer would leave the server idle during
+    planning and one core idle during writing."""
     if not requested:
         raise ValueError("no periods requested")
     report = DispatchReport(frequency, mode, as_of, requested[0].key, requested[-1].key)
     scheduled_at = as_of if mode is Mode.SCHEDULED else None
+    in_flight: deque[tuple[int, Plan, Future[PageWritten]]] = deque()
+    at_page = 1  # the page being read or settled, for the message when the database goes
+
+    def settle_oldest() -> None:
+        nonlocal at_page
+        at_page, page_plan, writing = in_flight.popleft()
+        _count_written(report, page_plan, writing.result())
+
     try:
-        for page in read_pages(engine, frequency, page_size, scheduled_at):
-            report.pages += 1
-            report.duties_read += len(page)
-            page_plan = plan(page, frequency=frequency, mode=mode, as_of=as_of, requested=requested)
-            report.counts.update(page_plan.counts)
-            report.unplannable.update(page_plan.unplannable)
-            write_plan(engine, page_plan, report)
+        with ThreadPoolExecutor(max_workers=writers, thread_name_prefix=f"dispatch-{frequency}") as pool:
+            for page in read_pages(engine, frequency, page_size, scheduled_at):
+                report.pages += 1
+                report.duties_read += len(page)
+                page_plan = plan(page, frequency=frequency, mode=mode, as_of=as_of, requested=requested)
+                report.counts.update(page_plan.counts)
+                report.unplannable.update(page_plan.unplannable)
+                in_flight.append((report.pages, page_plan, pool.submit(write_plan, engine, page_plan, frequency)))
+                if len(in_flight) >= writers:
+                    settle_oldest()
+                at_page = report.pages + 1
+            while in_flight:
+                settle_oldest()
     except (OperationalError, pg_errors.OperationalError) as error:  # through SQLAlchemy, or a raw cursor
         raise DatabaseWentAway(
-            f"{frequency} dispatch lost the database during page {report.pages} "
-            f"({report.total('created')} tasks created in the pages before it, which stay; "
+            f"{frequency} dispatch lost the database during page {at_page} "
+            f"({report.total('created')} tasks created in the pages written before it, which stay; "
             f"the next run creates the rest): {getattr(error, 'orig', error)}"
         ) from error
     return report
