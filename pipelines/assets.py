@@ -75,7 +75,7 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
             period_from_partition_key(frequency, key_range.end),
         )
         report = dispatch(database.engine(), frequency=frequency, mode=mode, as_of=as_of,
-                          requested=requested)
+                          requested=requested, writers=database.dispatch_writers)
         context.log.info(
             "%s %s as of %s over %s..%s: created %d, existing %d, skipped %d",
             mode.value, name, as_of.isoformat(), report.first_period, report.last_period,

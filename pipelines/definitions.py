@@ -1,13 +1,13 @@
 """The code location: one explicit Definitions, built from module lists."""
 
-from dagster import Definitions, EnvVar
+from dagster import Definitions
 
 from pipelines.assets import TASK_ASSETS
 from pipelines.queue_assets import QUEUE_ASSETS
 from pipelines.sources.nightly import nightly_maintenance
 from resources.github import github_from_env
 from resources.maintenance import maintenance_settings_from_env
-from resources.postgres import PostgresResource
+from resources.postgres import postgres_from_env
 from resources.scheduling import scheduling_settings_from_env
 from schedules.dispatch import DISPATCH_SCHEDULES
 from schedules.github import GITHUB_SENSORS
@@ -20,7 +20,7 @@ defs = Definitions(
     schedules=[*DISPATCH_SCHEDULES, *MAINTENANCE_SCHEDULES],
     sensors=[*QUEUE_SENSORS, *GITHUB_SENSORS],
     resources={
-        "database": PostgresResource(database_url=EnvVar("ROTA_DATABASE_URL")),
+        "database": postgres_from_env(),
         "scheduling": scheduling_settings_from_env(),
         "maintenance": maintenance_settings_from_env(),
         "github": github_from_env(),

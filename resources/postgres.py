@@ -1,21 +1,41 @@
+import os
 from functools import lru_cache
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, EnvVar
+from pydantic import Field
 from sqlalchemy import Engine, create_engine
 
+from pipelines.dispatch import DEFAULT_WRITERS
 from resources.server import driver_url
+
+
+# A dispatch takes one pooled connection to read and one per page it writes at once.
+POOL_SIZE, POOL_OVERFLOW = 4, 4
+MAX_DISPATCH_WRITERS = POOL_SIZE + POOL_OVERFLOW - 1
 
 
 @lru_cache(maxsize=None)
 def engine_for(url: str) -> Engine:
     """One pooled engine per URL and process, so runs and sensors reuse warm connections."""
-    return create_engine(driver_url(url), pool_pre_ping=True, pool_size=4, max_overflow=4)
+    return create_engine(driver_url(url), pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
 
 
 class PostgresResource(ConfigurableResource):
-    """rota's own database. `database_url` is a plain libpq URL (set from ROTA_DATABASE_URL)."""
+    """rota's own database. `database_url` is a plain libpq URL (set from ROTA_DATABASE_URL);
+    `dispatch_writers` comes from ROTA_DISPATCH_WRITERS."""
 
     database_url: str
+    # Pages a dispatch writes at once, each on its own connection: fewer leave more of a
+    # busy server to its other sessions.
+    dispatch_writers: int = Field(default=DEFAULT_WRITERS, ge=1, le=MAX_DISPATCH_WRITERS)
 
     def engine(self) -> Engine:
         return engine_for(self.database_url)
+
+
+def postgres_from_env() -> PostgresResource:
+    writers = os.environ.get("ROTA_DISPATCH_WRITERS", str(DEFAULT_WRITERS))
+    if not (writers.isdigit() and 1 <= int(writers) <= MAX_DISPATCH_WRITERS):
+        raise ValueError(f"ROTA_DISPATCH_WRITERS must be a whole number from 1 to {MAX_DISPATCH_WRITERS}, "
+                         f"not {writers!r}")
+    return PostgresResource(database_url=EnvVar("ROTA_DATABASE_URL"), dispatch_writers=int(writers))

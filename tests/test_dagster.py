@@ -16,6 +16,7 @@ from pipelines.definitions import defs
 from pipelines.partitions import TASK_PARTITIONS
 from pipelines.periods import open_range, parse_instant
 from pipelines.schema import FREQUENCIES, MAX_LEAD_DAYS
+from resources.postgres import PostgresResource, postgres_from_env
 from tests.helpers import add_duty, database_fingerprint, keys_by_duty, task_keys
 
 
@@ -43,6 +44,22 @@ def test_the_definitions_load_with_every_asset_schedule_and_sensor():
         [f"{f}_tasks_schedule" for f in FREQUENCIES] + ["nightly_maintenance_schedule"])
     assert sorted(s.name for s in repository.sensor_defs) == [
         "event_dispatch_sensor", "github_issues_sensor", "scheduled_runs_sensor"]
+
+
+@pytest.mark.parametrize("value", ["0", "8", "three", "-1", " 2", ""])
+def test_a_dispatch_writer_count_out_of_range_is_refused_by_its_variable(monkeypatch, value):
+    monkeypatch.setenv("ROTA_DISPATCH_WRITERS", value)
+    with pytest.raises(ValueError, match=f"ROTA_DISPATCH_WRITERS must be a whole number from 1 to 7, not '{value}'"):
+        postgres_from_env()
+
+
+def test_the_dispatch_writer_count_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv("ROTA_DISPATCH_WRITERS", raising=False)
+    assert postgres_from_env().dispatch_writers == 3
+    monkeypatch.setenv("ROTA_DISPATCH_WRITERS", "1")
+    assert postgres_from_env().dispatch_writers == 1
+    with pytest.raises(Exception, match="dispatch_writers"):
+        PostgresResource(database_url="postgresql:///rota", dispatch_writers=0)
 
 
 @pytest.mark.parametrize("frequency", FREQUENCIES)

@@ -59,6 +59,31 @@ def test_a_second_identical_run_writes_nothing_at_all(engine):
     assert database_fingerprint(engine) == before
 
 
+def test_pages_written_at_once_make_exactly_what_one_writer_makes(engine):
+    """Several pages in flight, each on its own connection: the same tasks, marks and
+    counts as one page at a time."""
+    for frequency in ("daily", "monthly"):
+        many_duties(engine, count=300, frequency=frequency)
+    tick = parse_instant("2026-08-31T20:00:00Z")
+    outcomes = []
+    for writers in (1, 4):
+        with engine.begin() as conn:
+            conn.execute(text("TRUNCATE task"))
+            conn.execute(text("UPDATE duty SET last_dispatched_period = NULL"))
+        reports = [dispatch(engine, frequency=frequency, mode=Mode.SCHEDULED, as_of=tick,
+                            requested=periods_between(*open_range(frequency, tick, MAX_LEAD_DAYS)),
+                            page_size=17, writers=writers)
+                   for frequency in ("daily", "monthly")]
+        with engine.connect() as conn:
+            tasks = conn.execute(text(
+                "SELECT duty_id, period_key, workspace_id, period_start, due_date, visible_from "
+                "FROM task ORDER BY duty_id, period_key")).all()
+            marks = conn.execute(text("SELECT id, last_dispatched_period FROM duty ORDER BY id")).all()
+        outcomes.append((tasks, marks, [(r.pages, r.duties_read, r.counts, r.missing) for r in reports]))
+    assert len(outcomes[0][0]) > 600 and outcomes[0][2][0][0] > 4
+    assert outcomes[1] == outcomes[0]
+
+
 def test_the_fingerprint_sees_an_update_to_the_same_value(engine):
     duty_id = add_duty(engine)
     before = database_fingerprint(engine)
