@@ -31,8 +31,8 @@ DEFAULT_WRITERS = 3
 DEADLOCK_RETRIES = 8
 
 _READ_PAGE = """
-    SELECT id, kind, frequency, timezone, lead_days,
-           effective_from, effective_to, state, last_dispatched_period
+    SELECT id, kind, frequency, timezone, lead_days, effective_from, effective_to, state,
+           complete_from, complete_through, CAST(CAST(d.xmin AS text) AS bigint)
     FROM duty d
     {local_dates}
     WHERE frequency = %(frequency)s AND kind = 'recurring' AND state = 'active' AND id > %(after)s
@@ -42,11 +42,16 @@ _READ_PAGE = """
 """
 
 # A scheduled run offers a duty nothing when its local today lies outside its window, or
-# when its last_dispatched_period is already at or past the newest period the run could
-# emit for it (_NEWEST_EMITTABLE). Computing that key in SQL keeps such duties out of the
-# read, so a run that has nothing to do reads (almost) nothing. It is a pre-filter only:
-# every duty it lets through is planned in full by the planner, and a test holds it
-# against the planner on random duties. Each zone's today comes from Python (the
+# when the span its last scheduled run proved complete (complete_from..complete_through,
+# cleared by migration 0007's triggers whenever a task goes or the window moves) covers
+# every period this run could emit for it: from the current period to the newest one
+# (_NEWEST_EMITTABLE). Every such period inside the window then has a task, so skipping
+# the duty changes nothing that is created; last_dispatched_period proves nothing of the
+# kind (a backfill of a later period moves it past a current period that does not exist)
+# and takes no part. Computing the keys in SQL keeps such duties out of the read, so a
+# run that has nothing to do reads (almost) nothing. It is a pre-filter only: every duty
+# it lets through is planned by the planner, and a test holds it against the planner's
+# full rules after random backfills, pauses and edits. Each zone's today comes from Python (the
 # planner's calendar); a zone Python does not know has no today and is always read, so
 # the planner can report it. Dates are cast to `timestamp` so no session TimeZone takes
 # part in the calendar arithmetic.
@@ -79,8 +84,9 @@ _SCHEDULED_HAS_WORK = f"""
     (z.today IS NULL OR (
         (d.effective_from IS NULL OR d.effective_from <= z.today)
         AND (d.effective_to IS NULL OR z.today <= d.effective_to)
-        AND (d.last_dispatched_period IS NULL
-             OR d.last_dispatched_period < to_char({_NEWEST_EMITTABLE}, %(key_format)s))))
+        AND NOT (d.complete_from IS NOT NULL
+                 AND d.complete_from <= to_char(date_trunc(%(unit)s, CAST(z.today AS timestamp)), %(key_format)s)
+                 AND to_char({_NEWEST_EMITTABLE}, %(key_format)s) <= d.complete_through)))
 """
 _UNITS = {"daily": ("day", "1 day", "YYYY-MM-DD"), "weekly": ("week", "1 week", 'IYYY-"W"IW'),
           "monthly": ("month", "1 month", "YYYY-MM"), "quarterly": ("quarter", "3 months", 'YYYY-"Q"Q'),
@@ -95,20 +101,21 @@ _UNITS = {"daily": ("day", "1 day", "YYYY-MM-DD"), "weekly": ("week", "1 week", 
 _OFFERED_TABLES = (
     """CREATE TEMPORARY TABLE IF NOT EXISTS offered_period (
         period_group int, period_index int, period_key text,
-        period_start date, due_date date, visible_from date
+        period_start date, due_date date, visible_from date, span_from text, span_through text
     ) ON COMMIT DELETE ROWS""",
     """CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
-        duty_id bigint, period_group int, first_index int, last_index int
+        duty_id bigint, period_group int, first_index int, last_index int, version bigint
     ) ON COMMIT DELETE ROWS""",
 )
 # A backfill page sorts its offered tasks (260,000 for 20,000 duties over 13 months) into
 # identity order; at the default 4 MB the sort spills 14 MB to disk.
 _PAGE_WORK_MEM = "SET LOCAL work_mem = '64MB'"
 _COPY_PERIODS = ("COPY offered_period (period_group, period_index, period_key, period_start, due_date, "
-                 "visible_from) FROM STDIN (FORMAT BINARY)")
-_PERIOD_TYPES = ["int4", "int4", "text", "date", "date", "date"]
-_COPY_SLICES = "COPY offered_duty (duty_id, period_group, first_index, last_index) FROM STDIN (FORMAT BINARY)"
-_SLICE_TYPES = ["int8", "int4", "int4", "int4"]
+                 "visible_from, span_from, span_through) FROM STDIN (FORMAT BINARY)")
+_PERIOD_TYPES = ["int4", "int4", "text", "date", "date", "date", "text", "text"]
+_COPY_SLICES = ("COPY offered_duty (duty_id, period_group, first_index, last_index, version) "
+                "FROM STDIN (FORMAT BINARY)")
+_SLICE_TYPES = ["int8", "int4", "int4", "int4", "int8"]
 
 # The offered tasks, each with its duty's workspace read from the duty row itself, which
 # is held FOR KEY SHARE until commit: a duty deleted first offers nothing, and one
@@ -133,8 +140,11 @@ _OFFERED = """
 # Rows that already exist are filtered out inside the INSERT, so they consume no identity
 # value; ON CONFLICT ON CONSTRAINT task_dispatch_identity stays the guard against a
 # racing writer. `last_dispatched_period` moves in the same statement as the tasks that
-# move it, and only forward: keys of one frequency sort chronologically, and a duty
-# whose newest task did not change is not written at all.
+# move it, and only forward: keys of one frequency sort chronologically. A scheduled run
+# also records the span it made complete, but only where the duty row is still the
+# version it planned from: anything that cleared the span since (a task deleted, the
+# window moved) left a newer version, and the periods the plan took as existing on the
+# old span's word are then unproven. A duty given no new task is not written at all.
 _WRITE_OFFERED = f"""
     WITH {_OFFERED},
     inserted AS (
@@ -149,30 +159,27 @@ _WRITE_OFFERED = f"""
         RETURNING duty_id, period_key
     ),
     newest AS (
-        SELECT duty_id, max(period_key) AS period_key, count(*) AS created
-        FROM inserted GROUP BY duty_id
+        SELECT i.duty_id, max(i.period_key) AS period_key, count(*) AS created,
+               min(o.version) AS version, min(p.span_from) AS span_from, min(p.span_through) AS span_through
+        FROM inserted i
+        JOIN offered_duty o ON o.duty_id = i.duty_id
+        JOIN offered_period p ON p.period_group = o.period_group AND p.period_index = o.first_index
+        GROUP BY i.duty_id
     ),
     advanced AS (
         UPDATE duty d
-        SET last_dispatched_period = n.period_key
+        SET last_dispatched_period = greatest(d.last_dispatched_period, n.period_key),
+            complete_from = CASE WHEN n.span_from IS NULL THEN d.complete_from
+                                 WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_from END,
+            complete_through = CASE WHEN n.span_from IS NULL THEN d.complete_through
+                                    WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_through END
         FROM newest n
         WHERE d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
-          AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < n.period_key)
+          AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < n.period_key
+               OR n.span_from IS NOT NULL)
         RETURNING d.id
     )
     SELECT duty_id, created FROM newest
-"""
-
-# The completeness check, in the same transaction after the write: offered tasks of
-# duties that still exist, with no task row (there must be none). Only needed when the
-# write created fewer rows than were offered.
-_MISSING = f"""
-    WITH {_OFFERED}
-    SELECT o.duty_id, o.period_key FROM offered o
-    WHERE NOT EXISTS (
-        SELECT 1 FROM task t WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key
-    )
-    ORDER BY 1, 2
 """
 
 
@@ -188,12 +195,12 @@ class DispatchReport:
     as_of: datetime
     first_period: str
     last_period: str
+    requested: list[Period] = field(default_factory=list)
     duties_read: int = 0
     pages: int = 0
     # (timezone, outcome) -> count; outcomes: created, existing, skipped, outside_window
     counts: Counter = field(default_factory=Counter)
     unplannable: dict[int, str] = field(default_factory=dict)
-    missing: list[tuple[int, str]] = field(default_factory=list)
     deadlocks_retried: int = 0
 
     def total(self, outcome: str) -> int:
@@ -241,17 +248,15 @@ def _used_periods(page_plan: Plan) -> dict[int, tuple[int, int]]:
 @dataclass
 class PageWritten:
     created: dict[int, int]
-    missing: list[tuple[int, str]]
     deadlocks_retried: int
 
 
 def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
-    """Write one page's tasks in one transaction and verify that every one now exists."""
+    """Write one page's tasks in one transaction."""
     if not page_plan.slices:
-        return PageWritten({}, [], 0)
-    offered = page_plan.size
+        return PageWritten({}, 0)
 
-    def work() -> tuple[dict[int, int], list[tuple[int, str]]]:
+    def work() -> dict[int, int]:
         with engine.begin() as conn:
             cursor = conn.connection.driver_connection.cursor()
             cursor.execute(_PAGE_WORK_MEM)
@@ -260,9 +265,9 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
             with cursor.copy(_COPY_PERIODS) as copy:
                 copy.set_types(_PERIOD_TYPES)
                 for group, (first, last) in _used_periods(page_plan).items():
-                    periods = page_plan.groups[group]
+                    periods, span = page_plan.groups[group], page_plan.spans[group] or (None, None)
                     for index in range(first, last + 1):
-                        copy.write_row((group, index, *periods[index]))
+                        copy.write_row((group, index, *periods[index], *span))
             with cursor.copy(_COPY_SLICES) as copy:
                 copy.set_types(_SLICE_TYPES)
                 for row in page_plan.slices:
@@ -270,12 +275,10 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
             # The page's frequency and id range let the duty lookups use duty_dispatch_scan_idx.
             bounds = {"frequency": frequency, "first_id": page_plan.slices[0].duty_id,
                       "last_id": page_plan.slices[-1].duty_id}
-            created = dict(cursor.execute(_WRITE_OFFERED, bounds).fetchall())
-            missing = cursor.execute(_MISSING, bounds).fetchall() if sum(created.values()) < offered else []
-            return created, missing
+            return dict(cursor.execute(_WRITE_OFFERED, bounds).fetchall())
 
-    (created, missing), retried = _retrying_deadlocks(work)
-    return PageWritten(created, missing, retried)
+    created, retried = _retrying_deadlocks(work)
+    return PageWritten(created, retried)
 
 
 def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten) -> None:
@@ -284,8 +287,26 @@ def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten
         made = written.created.get(s.duty_id, 0)
         report.counts[(timezone, "created")] += made
         report.counts[(timezone, "existing")] += s.last - s.first + 1 - made
-    report.missing.extend(written.missing)
     report.deadlocks_retried += written.deadlocks_retried
+
+
+def local_today(instant: datetime) -> tuple[str, dict]:
+    """A `CROSS JOIN LATERAL` giving each row of `duty d` its local date `z.today` at
+    `instant` by the planner's calendar (NULL for a zone Python does not know), and its
+    parameters."""
+    days = local_dates(instant)
+    params = {}
+    # Strings, not arrays: a 600-element text array costs more to bind than the whole
+    # query takes to run. Zone names hold no comma.
+    for n, (day, zones) in enumerate(days):
+        params.update({f"zones_{n}": zones, f"day_{n}": day})
+    return _TODAY.format(whens=" ".join(_TODAY_WHEN.format(n=n) for n in range(len(days)))), params
+
+
+def calendar_units(frequency: str) -> dict[str, str]:
+    """The `unit`, `step` and `key_format` parameters of a frequency's period arithmetic in SQL."""
+    unit, step, key_format = _UNITS[frequency]
+    return {"unit": unit, "step": step, "key_format": key_format}
 
 
 def read_pages(engine: Engine, frequency: str, page_size: int, scheduled_at: datetime | None = None):
@@ -294,15 +315,9 @@ def read_pages(engine: Engine, frequency: str, page_size: int, scheduled_at: dat
     if scheduled_at is None:
         query, params = _READ_PAGE.format(local_dates="", has_work="true"), {}
     else:
-        unit, step, key_format = _UNITS[frequency]
-        days = local_dates(scheduled_at)
-        today = _TODAY.format(whens=" ".join(_TODAY_WHEN.format(n=n) for n in range(len(days))))
+        today, params = local_today(scheduled_at)
         query = _READ_PAGE.format(local_dates=today, has_work=_SCHEDULED_HAS_WORK)
-        params = {"unit": unit, "step": step, "key_format": key_format}
-        # Strings, not arrays: a 600-element text array costs more to bind than the whole
-        # query takes to run. Zone names hold no comma.
-        for n, (day, zones) in enumerate(days):
-            params.update({f"zones_{n}": zones, f"day_{n}": day})
+        params.update(calendar_units(frequency))
     params.update(frequency=frequency, page_size=page_size)
     after = 0
     while True:
@@ -337,7 +352,7 @@ def dispatch(
     planning and one core idle during writing."""
     if not requested:
         raise ValueError("no periods requested")
-    report = DispatchReport(frequency, mode, as_of, requested[0].key, requested[-1].key)
+    report = DispatchReport(frequency, mode, as_of, requested[0].key, requested[-1].key, list(requested))
     scheduled_at = as_of if mode is Mode.SCHEDULED else None
     in_flight: deque[tuple[int, Plan, Future[PageWritten]]] = deque()
     at_page = 1  # the page being read or settled, for the message when the database goes

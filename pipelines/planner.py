@@ -34,7 +34,11 @@ class DutyRow(NamedTuple):
     effective_from: date | None
     effective_to: date | None
     state: str
-    last_dispatched_period: str | None = None
+    # The span a scheduled run proved complete (migration 0007), and the row version it
+    # was read at: a write planned from a span that changed since sets none.
+    complete_from: str | None = None
+    complete_through: str | None = None
+    version: int = 0
 
 
 class TaskRow(NamedTuple):
@@ -67,11 +71,15 @@ class Slice(NamedTuple):
     group: int
     first: int
     last: int
+    version: int = 0
 
 
 @dataclass
 class Plan:
     groups: list[tuple[PeriodRow, ...]] = field(default_factory=list)
+    # Per group, in a scheduled run: the first and last key of its candidates, the span
+    # each of its duties has complete once the plan is written.
+    spans: list[tuple[str, str] | None] = field(default_factory=list)
     slices: list[Slice] = field(default_factory=list)
     # (timezone, outcome) -> count; outcomes: skipped (requested, but beyond what a
     # scheduled run at as_of reaches, or outside the run's partition range) and
@@ -141,9 +149,10 @@ def plan(
     period rows per (timezone, lead_days) group and one slice of them per duty.
 
     Scheduled: the current period and every later one whose `visible_from <= today`,
-    only while `today` is inside the duty's window, and never a period at or below the
-    duty's `last_dispatched_period` (those exist already, and a scheduled run fills no
-    gap): in steady state a scheduled run offers nothing. Backfill: every requested period a
+    only while `today` is inside the duty's window, less those inside the span its last
+    scheduled run proved complete (`complete_from..complete_through`, trusted only when
+    it starts at or before the first candidate, so that what it covers is a prefix): in
+    steady state a scheduled run offers nothing. Backfill: every requested period a
     scheduled run at `as_of` would have reached (start or visible_from on or before
     today); the rest are counted as skipped. Both: a period is produced only if its
     due date lies in the duty's effective window.
@@ -185,6 +194,7 @@ def plan(
         group = len(result.groups)
         result.groups.append(candidates.rows)
         keys, ends = candidates.keys, candidates.ends
+        result.spans.append((keys[0], keys[-1]) if scheduled and keys else None)
         count = len(keys)
         skipped = outside = dispatched = 0
         for duty in members:
@@ -192,8 +202,8 @@ def plan(
             if scheduled and windowed and not _in_window(duty, today):
                 continue
             skipped += beyond
-            last = duty.last_dispatched_period if scheduled else None
-            done = 0 if last is None else bisect_right(keys, last)
+            proven = scheduled and keys and duty.complete_from is not None and duty.complete_from <= keys[0]
+            done = bisect_right(keys, duty.complete_through) if proven else 0
             first, stop = done, count
             if windowed:
                 if duty.effective_from is not None:
@@ -204,7 +214,7 @@ def plan(
             dispatched += done
             outside += count - done - made
             if made:
-                result.slices.append(Slice(duty.id, group, first, stop - 1))
+                result.slices.append(Slice(duty.id, group, first, stop - 1, duty.version))
         for outcome, n in (("skipped", skipped), ("outside_window", outside), ("existing", dispatched)):
             if n:
                 result.counts[(timezone, outcome)] += n

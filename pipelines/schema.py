@@ -82,6 +82,11 @@ duty = Table(
     Column("state", Text, nullable=False, server_default=text("'active'")),
     Column("last_dispatched_period", Text, nullable=True),
     *_timestamps(),
+    # The span a scheduled run proved complete: every period whose key lies in it and whose
+    # due date lies in the window has a task. Migration 0007's triggers clear it whenever
+    # that could stop being true; a scheduled run skips a duty whose span covers its work.
+    Column("complete_from", Text, nullable=True),
+    Column("complete_through", Text, nullable=True),
     CheckConstraint(_one_of("kind", DUTY_KINDS), name="kind_valid"),
     CheckConstraint(_one_of("frequency", FREQUENCIES), name="frequency_valid"),
     CheckConstraint("(kind = 'standing') = (frequency IS NULL)", name="frequency_matches_kind"),
@@ -92,6 +97,7 @@ duty = Table(
         name="effective_window_ordered",
     ),
     CheckConstraint(f"char_length(title) BETWEEN 1 AND {MAX_TITLE_LENGTH}", name="title_length"),
+    CheckConstraint("(complete_from IS NULL) = (complete_through IS NULL)", name="complete_span_whole"),
     ForeignKeyConstraint(["timezone"], [iana_timezone.c.name], name="duty_timezone_known"),
     # What task_duty_fkey checks against: a task always lives in its duty's workspace.
     UniqueConstraint("id", "workspace_id", name="duty_id_workspace_key"),
@@ -195,4 +201,4 @@ job_queue = Table(
     Index("job_queue_claim_idx", "state", "run_at"),
 )
 
-TENANT_TABLES = ("duty", "task", "event", "job_queue")
+TENANT_TABLES = ("duty", "task", "event", "job_queue", "job")

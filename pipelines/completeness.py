@@ -1,0 +1,100 @@
+"""Completeness of a dispatch, from `duty` and `task` alone (SPEC §6).
+
+The check knows nothing of what a run planned or offered: it restates the rules of SPEC
+§4 in SQL over the duties as they are and looks for the tasks. A gap the planner never
+offered (a watermark that hid a period, a bug that dropped a duty) shows here as what
+it is: a duty and a period with no task.
+
+- Scheduled run at `t`: every eligible duty (active, recurring, of the frequency, its
+  local today inside its window) has its current period, unless that period is due
+  outside the window or lies outside the run's partition range.
+- Backfill at `as_of`: every requested period of every active recurring duty of the
+  frequency, due inside the duty's window, that a scheduled run at `as_of` would reach
+  (its start or its visible_from on or before the duty's today).
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine
+
+from pipelines.dispatch import DispatchReport, calendar_units, local_today
+from pipelines.periods import Period
+from pipelines.planner import Mode
+
+SHOWN = 20
+
+_ELIGIBLE = """
+    d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active' AND z.today IS NOT NULL
+"""
+
+_SCHEDULED_GAPS = f"""
+    SELECT d.id, c.period_key, count(*) OVER ()
+    FROM duty d
+    {{today}}
+    CROSS JOIN LATERAL (
+        SELECT to_char(s.start, %(key_format)s) AS period_key,
+               CAST(s.start + CAST(%(step)s AS interval) - interval '1 day' AS date) AS due_date
+        FROM (SELECT date_trunc(%(unit)s, CAST(z.today AS timestamp)) AS start) s
+    ) c
+    WHERE {_ELIGIBLE}
+      AND (d.effective_from IS NULL OR d.effective_from <= z.today)
+      AND (d.effective_to IS NULL OR z.today <= d.effective_to)
+      AND (d.effective_from IS NULL OR d.effective_from <= c.due_date)
+      AND (d.effective_to IS NULL OR c.due_date <= d.effective_to)
+      AND c.period_key BETWEEN %(first_key)s AND %(last_key)s
+      AND NOT EXISTS (SELECT 1 FROM task t WHERE t.duty_id = d.id AND t.period_key = c.period_key)
+    ORDER BY d.id
+    LIMIT {SHOWN}
+"""
+
+_BACKFILL_GAPS = f"""
+    SELECT d.id, p.period_key, count(*) OVER ()
+    FROM duty d
+    {{today}}
+    CROSS JOIN unnest(CAST(%(keys)s AS text[]), CAST(%(starts)s AS date[]), CAST(%(dues)s AS date[]))
+        AS p(period_key, period_start, due_date)
+    WHERE {_ELIGIBLE}
+      AND (d.effective_from IS NULL OR d.effective_from <= p.due_date)
+      AND (d.effective_to IS NULL OR p.due_date <= d.effective_to)
+      AND (p.period_start <= z.today OR p.due_date - d.lead_days <= z.today)
+      AND NOT EXISTS (SELECT 1 FROM task t WHERE t.duty_id = d.id AND t.period_key = p.period_key)
+    ORDER BY d.id, p.period_key
+    LIMIT {SHOWN}
+"""
+
+
+@dataclass(frozen=True)
+class Gaps:
+    count: int
+    first: list[tuple[int, str]]
+
+    def describe(self) -> str:
+        shown = ", ".join(f"duty {duty_id} has no task for {key}" for duty_id, key in self.first)
+        more = f" and {self.count - len(self.first)} more" if self.count > len(self.first) else ""
+        return f"{self.count} missing: {shown}{more}"
+
+
+def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, requested: list[Period]) -> Gaps:
+    """The (duty, period) pairs the rules require after a run of `requested` at `as_of`
+    that have no task: how many, and the first few in (duty, period) order."""
+    today, params = local_today(as_of)
+    params.update(calendar_units(frequency), frequency=frequency)
+    if mode is Mode.SCHEDULED:
+        query = _SCHEDULED_GAPS.format(today=today)
+        params.update(first_key=requested[0].key, last_key=requested[-1].key)
+    else:
+        query = _BACKFILL_GAPS.format(today=today)
+        params.update(keys=[p.key for p in requested], starts=[p.start for p in requested],
+                      dues=[p.end for p in requested])
+    with engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        rows = cursor.execute(query, params).fetchall()
+        conn.rollback()
+    return Gaps(rows[0][2] if rows else 0, [(duty_id, key) for duty_id, key, _ in rows])
+
+
+def gaps_after(engine: Engine, report: DispatchReport) -> Gaps:
+    """The gaps the rules see after the run `report` describes."""
+    return find_gaps(engine, frequency=report.frequency, mode=report.mode, as_of=report.as_of,
+                     requested=report.requested)
