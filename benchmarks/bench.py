@@ -285,7 +285,7 @@ def _drain_rota(url: str, runs: int) -> float:
     env = {**os.environ, "ROTA_DATABASE_URL": url}
     rota = str(Path(sys.executable).parent / "rota")
     started = time.perf_counter()
-    workers = [subprocess.Popen([rota, "worker", "--batch", "50", "--poll", "0.05"], env=env,
+    workers = [subprocess.Popen([rota, "worker", "--poll", "0.05"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(4)]
     try:
         while True:

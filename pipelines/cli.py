@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import create_engine
 
 from pipelines import migrations
-from pipelines.demo import load_demo, register_demo_jobs
+from pipelines.demo import load_demo
 from resources.server import (
     PROJECT_ROOT,
     dagster_database_url,
@@ -47,8 +47,9 @@ class Database:
 
     def __init__(self) -> None:
         self.url = os.environ.get("ROTA_DATABASE_URL")
+        self.embedded = not self.url
         self.started_embedded = False
-        if not self.url:
+        if self.embedded:
             datadir = embedded_datadir()
             self.started_embedded = not embedded_running(datadir)
             self.url = start_embedded(datadir)
@@ -100,6 +101,21 @@ def _stop_tree(process: subprocess.Popen, grace: float = 20.0) -> None:
     psutil.wait_procs(alive, timeout=5)
 
 
+def prepare(database: Database) -> None:
+    """Migrate; and into the embedded database only, and only while it is empty, load the
+    demo data. A database named by ROTA_DATABASE_URL is never given demo data."""
+    migrations.upgrade(database.url)
+    if not database.embedded:
+        return
+    engine = create_engine(driver_url(database.url))
+    try:
+        loaded = load_demo(engine)
+    finally:
+        engine.dispose()
+    if loaded:
+        _say(f"loaded {loaded} demo duties and the demo job noop")
+
+
 def dev(args: argparse.Namespace) -> int:
     database = Database()
     children: list[subprocess.Popen] = []
@@ -111,13 +127,7 @@ def dev(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     try:
-        migrations.upgrade(database.url)
-        engine = create_engine(driver_url(database.url))
-        loaded = load_demo(engine)
-        register_demo_jobs(engine)
-        engine.dispose()
-        if loaded:
-            _say(f"loaded {loaded} demo duties")
+        prepare(database)
         storage_url = dagster_database_url(database.url)
         ensure_database(storage_url)
         dagster_home = rota_home() / "dagster"
@@ -165,7 +175,7 @@ def worker(args: argparse.Namespace) -> int:
     database = Database()
     engine = create_engine(driver_url(database.url), pool_size=2, max_overflow=2, pool_pre_ping=True)
     settings = WorkerSettings(
-        batch=args.batch, lease=timedelta(seconds=args.lease), poll_interval=args.poll,
+        lease=timedelta(seconds=args.lease), poll_interval=args.poll,
         grace=timedelta(seconds=args.grace), backoff=timedelta(seconds=args.backoff),
     )
     process = Worker(engine, settings)
@@ -211,7 +221,6 @@ def main(argv: list[str] | None = None) -> int:
     worker_parser = commands.add_parser("worker", help="claim and execute queued runs until SIGTERM")
     worker_parser.add_argument("--handlers", help="comma-separated modules that register handlers "
                                "(default: $ROTA_WORKER_HANDLERS)")
-    worker_parser.add_argument("--batch", type=int, default=10, help="runs claimed at a time")
     worker_parser.add_argument("--lease", type=float, default=30.0, help="lease length in seconds")
     worker_parser.add_argument("--grace", type=float, default=20.0, help="seconds to finish after SIGTERM")
     worker_parser.add_argument("--poll", type=float, default=0.5, help="seconds between empty polls")

@@ -6,7 +6,6 @@ from pipelines.assets import TASK_ASSETS
 from pipelines.queue_assets import QUEUE_ASSETS
 from pipelines.sources.nightly import nightly_maintenance
 from resources.github import github_from_env
-from resources.maintenance import maintenance_settings_from_env
 from resources.postgres import postgres_from_env
 from resources.scheduling import scheduling_settings_from_env
 from schedules.dispatch import DISPATCH_SCHEDULES
@@ -22,7 +21,6 @@ defs = Definitions(
     resources={
         "database": postgres_from_env(),
         "scheduling": scheduling_settings_from_env(),
-        "maintenance": maintenance_settings_from_env(),
         "github": github_from_env(),
     },
 )

@@ -6,7 +6,7 @@ from datetime import date, timedelta
 
 from sqlalchemy import Engine, func, insert, select
 
-from pipelines.schema import FREQUENCIES, duty
+from pipelines.schema import FREQUENCIES, duty, job
 
 DEMO_ZONES = [
     "UTC", "Europe/London", "Europe/Berlin", "Europe/Helsinki", "Africa/Lagos", "Africa/Nairobi",
@@ -47,18 +47,18 @@ def demo_duties(count: int = 3000, seed: int = 2026, today: date | None = None) 
     return rows
 
 
-def register_demo_jobs(engine: Engine) -> None:
-    """A cron job in a DST zone and an event-driven one, both run by the `noop` handler."""
+def load_demo(engine: Engine) -> int:
+    """Load the demo duties and the demo cron job into a database that has neither duties
+    nor jobs; returns how many duties were loaded (0: the database was not empty, and
+    nothing in it was touched). The job, `noop`, runs every five minutes in a DST zone
+    and on every `demo.ping` event."""
     from pipelines.queue import register_job
 
-    register_job(engine, "noop", schedule="*/5 * * * *", timezone="Europe/London", event_type="demo.ping")
-
-
-def load_demo(engine: Engine) -> int:
-    """Load the demo duties into an empty duty table; returns how many were loaded."""
     with engine.begin() as conn:
-        if conn.execute(select(func.count()).select_from(duty)).scalar_one():
+        if conn.execute(select(func.count()).select_from(duty)).scalar_one() or \
+                conn.execute(select(func.count()).select_from(job)).scalar_one():
             return 0
         rows = demo_duties()
         conn.execute(insert(duty), rows)
+        register_job(conn, "noop", schedule="*/5 * * * *", timezone="Europe/London", event_type="demo.ping")
         return len(rows)

@@ -19,7 +19,7 @@ from uuid import UUID
 from sqlalchemy import ARRAY, BigInteger, Connection, Engine, Text, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
-from pipelines.cron import InvalidCron, validate_cron
+from pipelines.cron import InvalidCron, fire_times, validate_cron
 from pipelines.schema import MAX_REF_LENGTH
 
 MAX_ERROR_LENGTH = 10_000
@@ -55,8 +55,11 @@ def _aware(instant: datetime, name: str) -> datetime:
 
 # ---------------------------------------------------------------------------- jobs
 
-# An unchanged job is found by the first CTE and not offered to the INSERT at all: the
-# upsert would otherwise consume an identity value (and lock the row) on every call.
+# Code owns a job's shape (workspace, schedule, timezone, event type); the operator owns
+# `enabled`, and `max_attempts` once raised. So an existing job is updated to code's shape,
+# never enabled or disabled, and its max_attempts only ever raised. An unchanged job is
+# found by the first CTE and not offered to the INSERT at all: the upsert would otherwise
+# consume an identity value (and lock the row) on every call.
 _REGISTER_JOB = text(
     """
     WITH offered AS (
@@ -67,9 +70,9 @@ _REGISTER_JOB = text(
     ),
     same AS (
         SELECT j.id FROM job j JOIN offered o ON j.name = o.name
-        WHERE (j.workspace_id, j.schedule, j.timezone, j.event_type, j.enabled, j.max_attempts)
-              IS NOT DISTINCT FROM
-              (o.workspace_id, o.schedule, o.timezone, o.event_type, o.enabled, o.max_attempts)
+        WHERE (j.workspace_id, j.schedule, j.timezone, j.event_type)
+              IS NOT DISTINCT FROM (o.workspace_id, o.schedule, o.timezone, o.event_type)
+          AND j.max_attempts >= o.max_attempts
     ),
     upserted AS (
         INSERT INTO job (name, workspace_id, schedule, timezone, event_type, enabled, max_attempts)
@@ -77,10 +80,10 @@ _REGISTER_JOB = text(
         ON CONFLICT ON CONSTRAINT job_name_key DO UPDATE
         SET workspace_id = EXCLUDED.workspace_id, schedule = EXCLUDED.schedule,
             timezone = EXCLUDED.timezone, event_type = EXCLUDED.event_type,
-            enabled = EXCLUDED.enabled, max_attempts = EXCLUDED.max_attempts
+            max_attempts = greatest(job.max_attempts, EXCLUDED.max_attempts)
         RETURNING id
     )
-    SELECT id FROM same UNION ALL SELECT id FROM upserted
+    SELECT id, false FROM same UNION ALL SELECT id, true FROM upserted
     """
 )
 
@@ -111,7 +114,12 @@ def register_job(
     max_attempts: int = 5,
     workspace_id: UUID | None = None,
 ) -> int:
-    """Create or update the job called `name`; returns its id. An unchanged job is not written."""
+    """Create the job called `name`, or bring an existing one to this shape; returns its id.
+
+    `enabled` and `max_attempts` are what a new job starts with: an existing job keeps the
+    `enabled` an operator gave it, and its `max_attempts` is only ever raised. Queued runs
+    of fire times the job's schedule no longer has are cancelled. An unchanged job is not
+    written."""
     check_text(name, "name", f"job {name[:80]!r}", max_length=200)
     if schedule is not None:
         try:
@@ -121,7 +129,53 @@ def register_job(
     values = {"name": name, "workspace_id": workspace_id, "schedule": schedule, "timezone": timezone,
               "event_type": event_type, "enabled": enabled, "max_attempts": max_attempts}
     with transaction(conn) as c:
-        return c.execute(_REGISTER_JOB, values).scalar_one()
+        job_id, written = c.execute(_REGISTER_JOB, values).one()
+        if written:
+            cancel_unscheduled_runs(c, [job_id])
+        return job_id
+
+
+_QUEUED_FIRE_TIMES = text(
+    """
+    SELECT q.id, q.scheduled_for, j.schedule, j.timezone
+    FROM job_queue q JOIN job j ON j.id = q.job_id
+    WHERE q.state = 'queued' AND q.attempts = 0 AND q.scheduled_for IS NOT NULL
+      AND (CAST(:job_ids AS bigint[]) IS NULL OR q.job_id = ANY(:job_ids))
+    """
+).bindparams(bindparam("job_ids", type_=ARRAY(BigInteger)))
+
+_CANCEL_UNSCHEDULED = text(
+    """
+    UPDATE job_queue
+    SET state = 'cancelled', finished_at = now(), updated_at = now(),
+        last_error = 'cancelled: the schedule of its job no longer fires at '
+                     || to_char(scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+    WHERE id = ANY(:run_ids) AND state = 'queued' AND attempts = 0
+    RETURNING id
+    """
+).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
+
+
+def _still_fires(schedule: str | None, zone: str, at: datetime) -> bool:
+    if schedule is None:
+        return False
+    try:
+        return bool(fire_times(schedule, zone, at, at + timedelta(seconds=1)))
+    except (InvalidCron, ValueError, LookupError):
+        return True
+
+
+def cancel_unscheduled_runs(conn: Connection | Engine, job_ids: list[int] | None = None) -> int:
+    """Cancel the queued, never started runs of these jobs (default: every job) whose fire
+    time their current schedule no longer has (an edited cron, or none at all); returns
+    how many. A run claimed meanwhile is running, no longer queued, and is left alone. A
+    schedule rota cannot read keeps its runs: it is reported where it is planned."""
+    with transaction(conn) as c:
+        queued = c.execute(_QUEUED_FIRE_TIMES, {"job_ids": job_ids}).all()
+        stale = [run_id for run_id, at, schedule, zone in queued if not _still_fires(schedule, zone, at)]
+        if not stale:
+            return 0
+        return len(c.execute(_CANCEL_UNSCHEDULED, {"run_ids": stale}).all())
 
 
 # ---------------------------------------------------------------- scheduled runs
@@ -202,54 +256,45 @@ def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, dat
 
 # ------------------------------------------------------------------- event runs
 
-_DISPATCH_EVENTS = text(
+# Events not yet delivered, oldest first, each taken by one sensor (SKIP LOCKED), queued
+# and marked in one statement. An event becomes visible when its transaction commits,
+# however long that took, and is delivered by the first pass after that.
+_DISPATCH_PENDING = text(
     """
-    INSERT INTO job_queue (job_id, workspace_id, event_id, run_at, payload)
-    SELECT j.id, coalesce(e.workspace_id, j.workspace_id), e.id, now(), e.payload
-    FROM event e
-    JOIN job j ON j.event_type = e.type AND j.enabled
-              AND (j.workspace_id IS NULL OR j.workspace_id = e.workspace_id)
-    WHERE e.id = ANY(:event_ids)
-      AND NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.event_id = e.id AND q.job_id = j.id)
-    ORDER BY e.id, j.id
-    ON CONFLICT ON CONSTRAINT job_queue_event_identity DO NOTHING
-    RETURNING id
-    """
-).bindparams(bindparam("event_ids", type_=ARRAY(BigInteger)))
-
-
-def dispatch_events(conn: Connection | Engine, event_ids: list[int]) -> int:
-    """Queue one run per (event, enabled job subscribed to its type); returns how many
-    were created. Dispatching an event again creates nothing and writes nothing.
-
-    A workspace's job hears only its workspace's events; a system job hears all."""
-    if not event_ids:
-        return 0
-    with transaction(conn) as c:
-        return len(c.execute(_DISPATCH_EVENTS, {"event_ids": sorted(set(event_ids))}).all())
-
-
-_NEW_EVENTS = text(
-    """
-    (SELECT id FROM event WHERE id > :cursor ORDER BY id LIMIT :limit)
-    UNION
-    (SELECT id FROM event WHERE id <= :cursor AND recorded_at > now() - make_interval(secs => :lookback))
+    WITH pending AS MATERIALIZED (
+        SELECT id FROM event WHERE dispatched_at IS NULL ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED
+    ),
+    queued AS (
+        INSERT INTO job_queue (job_id, workspace_id, event_id, run_at, payload)
+        SELECT j.id, coalesce(e.workspace_id, j.workspace_id), e.id, now(), e.payload
+        FROM pending p
+        JOIN event e ON e.id = p.id
+        JOIN job j ON j.event_type = e.type AND j.enabled
+                  AND (j.workspace_id IS NULL OR j.workspace_id = e.workspace_id)
+        WHERE NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.event_id = e.id AND q.job_id = j.id)
+        ORDER BY e.id, j.id
+        ON CONFLICT ON CONSTRAINT job_queue_event_identity DO NOTHING
+        RETURNING id
+    ),
+    marked AS (
+        UPDATE event e SET dispatched_at = now() FROM pending p WHERE e.id = p.id RETURNING e.id
+    )
+    SELECT (SELECT count(*) FROM marked), (SELECT count(*) FROM queued)
     """
 )
 
 
-def dispatch_new_events(
-    conn: Connection | Engine, cursor: int, *, lookback: timedelta = timedelta(minutes=10), limit: int = 10_000
-) -> tuple[int, int]:
-    """Dispatch the events after `cursor` (at most `limit`), plus the events recorded
-    within `lookback`: ids are assigned when a row is inserted, not when it commits, so
-    an event can appear below a cursor that has already moved past it. Returns (runs
-    created, new cursor). Replaying a cursor creates no duplicate."""
-    with transaction(conn) as c:
-        ids = list(c.execute(_NEW_EVENTS, {"cursor": cursor, "limit": limit,
-                                           "lookback": lookback.total_seconds()}).scalars())
-        created = dispatch_events(c, ids)
-    return created, max([cursor, *ids])
+def dispatch_pending_events(conn: Connection | Engine, *, limit: int = 10_000) -> tuple[int, int]:
+    """Deliver every committed event not delivered yet, `limit` at a time; returns
+    (events delivered, runs created). Each event is delivered once, whenever its
+    transaction committed; a pass with nothing pending writes nothing."""
+    delivered = created = 0
+    while True:
+        with transaction(conn) as c:
+            events, runs = c.execute(_DISPATCH_PENDING, {"limit": limit}).one()
+        delivered, created = delivered + events, created + runs
+        if events < limit:
+            return delivered, created
 
 
 # ------------------------------------------------------------------ source runs
@@ -481,14 +526,34 @@ def release(conn: Connection | Engine, worker_id: str, run_ids: list[int]) -> in
         return len(c.execute(_RELEASE, {"run_ids": run_ids, "worker": worker_id}).all())
 
 
+_INTERRUPT = text(
+    """
+    UPDATE job_queue
+    SET lease_expires_at = now() + make_interval(secs => :expires_in), last_error = :error, updated_at = now()
+    WHERE id = :run_id AND state = 'running' AND lease_owner = :worker
+    RETURNING id
+    """
+)
+
+
+def interrupt(conn: Connection | Engine, run_id: int, worker_id: str, error: str, expires_in: timedelta) -> bool:
+    """A worker about to exit with a handler still running: its lease on the run now ends
+    `expires_in` from now, when the run is reclaimed (its attempt counted) and retried.
+    The run is never handed on while the worker may still be executing it."""
+    with transaction(conn) as c:
+        return c.execute(_INTERRUPT, {"run_id": run_id, "worker": worker_id, "error": clean_error(error),
+                                      "expires_in": expires_in.total_seconds()}).scalar() is not None
+
+
 _RECLAIM = text(
     """
     UPDATE job_queue q
     SET state = CASE WHEN q.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
         run_at = now(),
         finished_at = CASE WHEN q.attempts >= j.max_attempts THEN now() END,
-        last_error = 'lease of ' || q.lease_owner || ' expired at ' || q.lease_expires_at::text
-                     || ' during attempt ' || q.attempts,
+        last_error = CASE WHEN q.last_error LIKE 'interrupted: worker ' || q.lease_owner || ' %' THEN q.last_error
+                          ELSE 'lease of ' || q.lease_owner || ' expired at ' || q.lease_expires_at::text
+                               || ' during attempt ' || q.attempts END,
         lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
     FROM job j
     WHERE q.state = 'running' AND q.lease_expires_at < now() AND j.id = q.job_id
@@ -507,6 +572,6 @@ def reclaim_expired(conn: Connection | Engine) -> dict[str, int]:
 
 __all__ = [
     "AlreadyQueued", "ClaimedRun", "Enqueued", "Produced", "claim_due_runs", "complete",
-    "dispatch_events", "dispatch_new_events", "enqueue_scheduled", "enqueue_scheduled_many",
-    "extend_leases", "fail", "produce", "produce_many", "reclaim_expired", "register_job", "release",
+    "cancel_unscheduled_runs", "dispatch_pending_events", "enqueue_scheduled", "enqueue_scheduled_many",
+    "extend_leases", "fail", "interrupt", "produce", "produce_many", "reclaim_expired", "register_job", "release",
 ]

@@ -1,8 +1,6 @@
 """Scheduled runs in Dagster: one hourly partition per hour of cron fire times."""
 
 
-from datetime import datetime, timezone
-
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -18,10 +16,9 @@ from sqlalchemy import ARRAY, BigInteger, DateTime, bindparam, text
 
 from pipelines.assets import AsOfConfig, run_instant
 from pipelines.partitions import SINGLE_RUN
-from pipelines.queue import enqueue_scheduled_many
+from pipelines.queue import cancel_unscheduled_runs, enqueue_scheduled_many
 from pipelines.scheduling import ScheduledJob, plan_fire_times
 from resources.postgres import PostgresResource
-from resources.maintenance import MaintenanceSettings
 from resources.scheduling import SchedulingSettings
 
 LIVE_TAG = "rota/live"
@@ -57,22 +54,19 @@ _MISSING_RUNS = text(
                 "backfill it by selecting its range.",
 )
 def scheduled_runs(context: AssetExecutionContext, config: AsOfConfig, database: PostgresResource,
-                   scheduling: SchedulingSettings, maintenance: MaintenanceSettings) -> MaterializeResult:
+                   scheduling: SchedulingSettings) -> MaterializeResult:
     as_of = run_instant(config)
     live = context.run.tags.get(LIVE_TAG) == "true"
     window = context.partition_time_window
-    oldest = maintenance.oldest_backfill(datetime.now(timezone.utc))
-    if window.start < oldest:
-        raise Failure(description=(
-            f"hours from {window.start.isoformat()} lie beyond the backfill horizon "
-            f"({maintenance.backfill_horizon_days} days, oldest allowed {oldest.isoformat()}): their runs "
-            "may already have been pruned, so queueing them again could run them twice."))
     engine = database.engine()
     with engine.connect() as conn:
         jobs = [ScheduledJob(*row) for row in conn.execute(_SCHEDULED_JOBS)]
     plan = plan_fire_times(jobs, window.start, window.end, as_of=as_of,
                            catch_up=scheduling.catch_up if live else None)
     created = enqueue_scheduled_many(engine, plan.due)
+    # An operator's edit of a cron reaches rota here (the sensor re-materialises the live
+    # hours when the jobs change): queued runs of fire times gone from it are cancelled.
+    cancelled = cancel_unscheduled_runs(engine)
     every = plan.due + plan.stale
     with engine.connect() as conn:
         missing = conn.execute(_MISSING_RUNS, {"job_ids": [j for j, _ in every],
@@ -81,8 +75,9 @@ def scheduled_runs(context: AssetExecutionContext, config: AsOfConfig, database:
         listed = "; ".join(f"job {j}: {why}" for j, why in sorted(plan.unplannable.items()))
         raise Failure(description=f"{len(plan.unplannable)} jobs could not be planned "
                                   f"(every other job was enqueued): {listed}")
-    context.log.info("%s %s..%s: %d fire times, %d created, %d stale", "live" if live else "backfill",
-                     window.start.isoformat(), window.end.isoformat(), len(every), len(created), len(plan.stale))
+    context.log.info("%s %s..%s: %d fire times, %d created, %d stale, %d cancelled", "live" if live else "backfill",
+                     window.start.isoformat(), window.end.isoformat(), len(every), len(created), len(plan.stale),
+                     cancelled)
     return MaterializeResult(
         metadata={
             "mode": "live" if live else "backfill",
@@ -92,6 +87,7 @@ def scheduled_runs(context: AssetExecutionContext, config: AsOfConfig, database:
             "created": len(created),
             "existing": len(plan.due) - len(created),
             "stale_not_queued": len(plan.stale),
+            "cancelled_no_longer_scheduled": cancelled,
         },
         check_results=[AssetCheckResult(
             check_name=FIRE_TIMES_CHECK,

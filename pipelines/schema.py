@@ -155,11 +155,10 @@ event = Table(
     Column("type", Text, nullable=False),
     Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("occurred_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    # When the inserting transaction began (now() is transaction time): the event sensor
-    # re-reads a trailing window of it, so an event whose id was assigned before a
-    # higher one but committed after it is still dispatched.
-    Column("recorded_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Index("event_recorded_at_idx", "recorded_at"),
+    # When the event sensor queued the event's runs; NULL until then. The sensor takes
+    # every event without one, so delivery does not depend on when its transaction committed.
+    Column("dispatched_at", DateTime(timezone=True), nullable=True),
+    Index("event_dispatch_pending_idx", "dispatched_at", "id"),
 )
 
 # One row per run. Every run has exactly one origin, and each origin has its own identity
@@ -199,6 +198,17 @@ job_queue = Table(
     CheckConstraint("attempts >= 0", name="attempts_non_negative"),
     # Claiming reads queued rows in run_at order.
     Index("job_queue_claim_idx", "state", "run_at"),
+)
+
+# Where a Source's poll of one scope (a GitHub repository) got to, written in the same
+# transaction as the runs that poll produced.
+source_cursor = Table(
+    "source_cursor",
+    metadata,
+    Column("source", Text, primary_key=True),
+    Column("scope", Text, primary_key=True),
+    Column("cursor", JSONB, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
 TENANT_TABLES = ("duty", "task", "event", "job_queue", "job")

@@ -1,8 +1,16 @@
-"""`rota worker`: claims due runs, executes their handlers, heartbeats their leases.
+"""`rota worker`: claims one due run at a time, executes its handler, heartbeats its lease.
+
+A worker holds a lease only on the run it is about to execute, so one slow handler never
+holds up runs another worker could take. A run is never executed by two workers at once:
+- the lease is renewed while the handler runs; if the worker cannot confirm it before it
+  could expire (the database is away, or the run was reclaimed), the worker process exits
+  at once, handler and all, before any other worker can be handed the run;
+- past the grace period after SIGTERM, the worker shortens the run's lease to a few
+  seconds and exits; the run is reclaimed (the attempt counted) only once the lease has
+  run out, when this process is long gone.
 
 On SIGTERM it stops claiming, lets the handler in progress finish within the grace
-period, hands back the runs it claimed but never started, and exits 0. Past the grace
-period it hands back the run in progress too (it will be retried) and exits."""
+period, hands back a run it claimed but never started, and exits 0."""
 
 import logging
 import os
@@ -13,13 +21,11 @@ import traceback
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Callable
 
-from sqlalchemy import Engine
 from psycopg import OperationalError as DriverOperationalError
+from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
-
-# A lost database surfaces through SQLAlchemy, or through a raw psycopg cursor.
-DATABASE_GONE = (OperationalError, DriverOperationalError)
 
 from pipelines.handlers import HANDLERS
 from pipelines.queue import (
@@ -28,54 +34,98 @@ from pipelines.queue import (
     complete,
     extend_leases,
     fail,
+    interrupt,
     reclaim_expired,
     release,
 )
 
+# A lost database surfaces through SQLAlchemy, or through a raw psycopg cursor.
+DATABASE_GONE = (OperationalError, DriverOperationalError)
+
 log = logging.getLogger(__name__)
+
+# How often the heartbeat and the watchdog look at the run in hand.
+WATCH_INTERVAL = 0.25
+# The exit status of a worker that stopped its handler because it could no longer prove
+# it held the run's lease (EX_TEMPFAIL: run it again).
+LEASE_LOST_EXIT = 75
 
 
 @dataclass
 class WorkerSettings:
-    batch: int = 10
     lease: timedelta = timedelta(seconds=30)
     poll_interval: float = 0.5
     grace: timedelta = timedelta(seconds=20)
     backoff: timedelta = timedelta(seconds=5)
     backoff_cap: timedelta = timedelta(hours=1)
     reclaim_interval: float = 5.0
+    # Past the grace period, the run in hand is reclaimable this long after the worker left.
+    interrupted_lease: timedelta = timedelta(seconds=3)
 
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+def _exit_now() -> None:
+    logging.shutdown()
+    os._exit(LEASE_LOST_EXIT)
+
+
 class Worker:
-    def __init__(self, engine: Engine, settings: WorkerSettings | None = None, worker_id: str | None = None):
+    """`on_lease_lost` is called when the run in hand may be handed to another worker while
+    its handler still runs here; the default ends the process, which is the only way to
+    stop a handler mid-flight. Embedders that run handlers elsewhere may pass their own."""
+
+    def __init__(self, engine: Engine, settings: WorkerSettings | None = None, worker_id: str | None = None,
+                 on_lease_lost: Callable[[], None] = _exit_now):
         self.engine = engine
         self.settings = settings or WorkerSettings()
         self.id = worker_id or default_worker_id()
         self.stopping = threading.Event()
-        self._held: set[int] = set()
-        self._held_lock = threading.Lock()
+        self.on_lease_lost = on_lease_lost
         self._done = threading.Event()
         self._current: ClaimedRun | None = None
+        # When the lease of the run in hand was last confirmed (monotonic, taken before the
+        # statement that granted or renewed it, so never later than the database's now()).
+        self._confirmed = 0.0
         self._next_reclaim = 0.0
 
-    # The lease is renewed at a third of its length, so two missed beats still hold it.
     def _heartbeat(self) -> None:
-        interval = self.settings.lease.total_seconds() / 3
-        while not self._done.wait(interval):
-            with self._held_lock:
-                held = sorted(self._held)
-            try:
-                kept = extend_leases(self.engine, self.id, held, self.settings.lease)
-            except Exception:
-                log.exception("heartbeat failed; retrying at the next beat")
+        """Renew the lease of the run in hand at a third of its length."""
+        lease = self.settings.lease.total_seconds()
+        while not self._done.wait(WATCH_INTERVAL):
+            run, confirmed = self._current, self._confirmed
+            if run is None or time.monotonic() < confirmed + lease / 3:
                 continue
-            lost = set(held) - kept
-            if lost:
-                log.warning("leases lost (reclaimed by another worker): %s", sorted(lost))
+            asked = time.monotonic()
+            try:
+                kept = extend_leases(self.engine, self.id, [run.id], self.settings.lease)
+            except Exception:
+                log.exception("heartbeat failed; retrying")
+                self._done.wait(WATCH_INTERVAL * 4)
+                continue
+            if self._current is not run:
+                continue
+            if run.id not in kept:
+                self._stop_handler(run, "was lost (reclaimed by another worker)")
+                return
+            self._confirmed = asked
+
+    def _watchdog(self) -> None:
+        """Stop the worker before the lease of the run in hand could expire unconfirmed:
+        a renewal may hang (a lock, a dead connection) as well as fail."""
+        lease = self.settings.lease.total_seconds()
+        while not self._done.wait(WATCH_INTERVAL):
+            run, confirmed = self._current, self._confirmed
+            if run is not None and time.monotonic() - confirmed > lease * 5 / 6:
+                self._stop_handler(run, f"could not be renewed for {time.monotonic() - confirmed:.1f} s")
+                return
+
+    def _stop_handler(self, run: ClaimedRun, why: str) -> None:
+        log.critical("the lease of run %d %s; stopping this worker and its handler so that no other "
+                     "worker runs it at the same time", run.id, why)
+        self.on_lease_lost()
 
     def _execute(self, run: ClaimedRun) -> None:
         function = HANDLERS.get(run.job_name)
@@ -99,28 +149,21 @@ class Worker:
                 log.warning("run %d finished after its lease was lost; it will be run again", run.id)
 
     def abandon(self) -> None:
-        """Past the grace period: the run in progress counts as a failed attempt (it is
-        retried after backoff), the rest are handed back."""
+        """Past the grace period: the run in progress becomes reclaimable a few seconds
+        from now, by which time this process has exited (the attempt counts, and the run
+        is retried)."""
         current = self._current
         if current is not None:
-            fail(self.engine, current.id, self.id,
-                 f"interrupted: worker {self.id} was stopped and its grace period ran out",
-                 backoff=timedelta(0), cap=timedelta(0))
-        self.hand_back_everything()
-
-    def hand_back_everything(self) -> int:
-        with self._held_lock:
-            held = sorted(self._held)
-            self._held.clear()
-        return release(self.engine, self.id, held)
+            interrupt(self.engine, current.id, self.id,
+                      f"interrupted: worker {self.id} was stopped and its grace period ran out",
+                      self.settings.interrupted_lease)
 
     def run(self) -> None:
-        """Work until `stopping` is set; then hand back what was never started. A lost
-        database is logged as an error and waited out, with backoff: the worker carries
-        on when it returns, and a run it could not record is reclaimed when its lease
-        expires."""
-        beat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
-        beat.start()
+        """Work until `stopping` is set. A lost database is logged as an error and waited
+        out, with backoff: the worker carries on when it returns, and a run it could not
+        record is reclaimed when its lease expires."""
+        for name, target in (("heartbeat", self._heartbeat), ("watchdog", self._watchdog)):
+            threading.Thread(target=target, name=name, daemon=True).start()
         outage = 0
         try:
             while not self.stopping.is_set():
@@ -133,19 +176,9 @@ class Worker:
                     log.error("the database went away (%s); retrying in %.1f s",
                               str(getattr(error, "orig", error)).strip().splitlines()[0], wait)
                     self._current = None
-                    with self._held_lock:
-                        self._held.clear()  # their leases expire and reclaim hands them on
                     self.stopping.wait(wait)
         finally:
             self._done.set()
-            try:
-                released = self.hand_back_everything()
-            except DATABASE_GONE:
-                log.error("could not hand back claimed runs, the database is away; they are "
-                          "reclaimed when their leases expire")
-            else:
-                if released:
-                    log.info("handed back %d claimed runs that never started", released)
 
     def _work_once(self) -> None:
         now = time.monotonic()
@@ -154,17 +187,18 @@ class Worker:
             if reclaimed:
                 log.info("reclaimed expired leases: %s", reclaimed)
             self._next_reclaim = now + self.settings.reclaim_interval
-        runs = claim_due_runs(self.engine, self.id, self.settings.batch, self.settings.lease)
+        asked = time.monotonic()
+        runs = claim_due_runs(self.engine, self.id, 1, self.settings.lease)
         if not runs:
             self.stopping.wait(self.settings.poll_interval)
             return
-        with self._held_lock:
-            self._held.update(r.id for r in runs)
-        for run in runs:
-            if self.stopping.is_set():
-                break
-            self._current = run
+        run = runs[0]
+        if self.stopping.is_set():
+            release(self.engine, self.id, [run.id])
+            log.info("handed back run %d, claimed as the worker was stopping", run.id)
+            return
+        self._confirmed, self._current = asked, run
+        try:
             self._execute(run)
+        finally:
             self._current = None
-            with self._held_lock:
-                self._held.discard(run.id)

@@ -12,7 +12,8 @@ class GitHubResource(ConfigurableResource):
     api_url: str = "https://api.github.com"
     repositories: str = ""
     timeout_seconds: float = 10.0
-    max_rate_limit_wait_seconds: float = 60.0
+    # A poll runs inside a sensor evaluation, which Dagster times out after 60 s by default.
+    poll_budget_seconds: float = 40.0
 
     def repository_list(self) -> list[str]:
         repos = [r.strip() for r in self.repositories.split(",") if r.strip()]

@@ -13,7 +13,7 @@ from dagster import (
 )
 from sqlalchemy import text
 
-from pipelines.queue import dispatch_new_events
+from pipelines.queue import dispatch_pending_events
 from pipelines.queue_assets import HOURLY, LIVE_TAG, SCHEDULED_RUNS
 from pipelines.scheduling import live_hours
 from resources.postgres import PostgresResource
@@ -52,14 +52,13 @@ def scheduled_runs_sensor(context: SensorEvaluationContext, database: PostgresRe
     name="event_dispatch_sensor",
     minimum_interval_seconds=15,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Queues one run per new event and subscribed job. The cursor is the last "
-                "event id; a replayed cursor creates no duplicate (job_queue_event_identity).",
+    description="Queues one run per new event and subscribed job, and marks the event "
+                "delivered (event.dispatched_at) in the same statement: every committed event "
+                "is delivered once, however long its transaction stayed open.",
 )
 def event_dispatch_sensor(context: SensorEvaluationContext, database: PostgresResource):
-    cursor = int(context.cursor or 0)
-    created, new_cursor = dispatch_new_events(database.engine(), cursor)
-    context.update_cursor(str(new_cursor))
-    return SkipReason(f"queued {created} event runs; cursor {cursor} -> {new_cursor}")
+    delivered, created = dispatch_pending_events(database.engine())
+    return SkipReason(f"delivered {delivered} events, queued {created} runs")
 
 
 QUEUE_SENSORS = [scheduled_runs_sensor, event_dispatch_sensor]

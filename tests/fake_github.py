@@ -14,6 +14,8 @@ class FakeGitHub:
         self.issues: dict[str, list[dict]] = {}
         self.script: list[dict] = []   # responses served before the real ones, in order
         self.requests: list[dict] = []
+        self.missing: set[str] = set()  # repositories that answer 404
+        self.failed_tick: str | None = None
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -85,6 +87,8 @@ class FakeGitHub:
                 if len(parts) != 4 or parts[0] != "repos" or parts[3] != "issues":
                     return self._send(404, b'{"message": "Not Found"}')
                 repository = f"{parts[1]}/{parts[2]}"
+                if repository in fake.missing:
+                    return self._send(404, b'{"message": "Not Found"}')
                 etag = fake.etag(repository)
                 if self.headers.get("If-None-Match") == etag:
                     return self._send(304, headers={"ETag": etag})

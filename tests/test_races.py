@@ -14,7 +14,7 @@ from benchmarks.data import load_duties
 from pipelines.dispatch import dispatch
 from pipelines.periods import open_range, periods_between
 from pipelines.planner import Mode
-from pipelines.queue import dispatch_new_events, enqueue_scheduled_many, register_job
+from pipelines.queue import dispatch_pending_events, enqueue_scheduled_many, register_job
 from pipelines.queue_assets import _SCHEDULED_JOBS
 from pipelines.scheduling import ScheduledJob, plan_fire_times
 from pipelines.schema import FREQUENCIES
@@ -65,11 +65,11 @@ def _cron_scheduler(url, seed, hours, results):
 
 def _event_sensor(url, results):
     engine = create_engine(driver_url(url))
-    cursor, rounds = 0, 0
+    rounds = 0
     try:
         deadline = time.monotonic() + RACE_SECONDS + 2  # a last pass after the producer stops
         while time.monotonic() < deadline:
-            _, cursor = dispatch_new_events(engine, cursor)
+            dispatch_pending_events(engine)
             rounds += 1
             time.sleep(0.05)
         results.put(("sensor", "ok", 0, rounds))
@@ -93,7 +93,7 @@ def test_dispatchers_schedulers_sensors_and_workers_all_at_once(database_url, en
     processes = [context.Process(target=_dispatcher, args=(database_url, n, results)) for n in range(8)]
     processes += [context.Process(target=_cron_scheduler, args=(database_url, n, hours, results)) for n in range(4)]
     processes += [context.Process(target=_event_sensor, args=(database_url, results)) for _ in range(2)]
-    workers = [start_worker(database_url, "--batch", "5") for _ in range(4)]
+    workers = [start_worker(database_url) for _ in range(4)]
     for process in processes:
         process.start()
     events = 0

@@ -157,14 +157,13 @@ def test_the_live_sensor_requests_each_hour_again_only_when_the_jobs_change(engi
     assert not {r.run_key for r in changed} & {r.run_key for r in first}
 
 
-def test_the_event_sensor_moves_its_cursor_and_a_replay_duplicates_nothing(engine):
+def test_the_event_sensor_delivers_each_event_once_and_a_second_tick_writes_nothing(engine):
     register_job(engine, "mailer", event_type="ping")
     with engine.begin() as conn:
         conn.execute(insert(event), [{"type": "ping"}, {"type": "ping"}, {"type": "pong"}])
-    tick = evaluate("event_dispatch_sensor")
-    assert tick.cursor == "3"
+    assert evaluate("event_dispatch_sensor").skip_message == "delivered 3 events, queued 2 runs"
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM job_queue")).scalar_one() == 2
     before = database_fingerprint(engine)
-    assert evaluate("event_dispatch_sensor", cursor="0").cursor == "3"
+    assert evaluate("event_dispatch_sensor").skip_message == "delivered 0 events, queued 0 runs"
     assert database_fingerprint(engine) == before

@@ -184,6 +184,7 @@ def test_secrets_never_reach_logs_metadata_or_run_records(database_url, engine, 
                              tags={ASSET_PARTITION_RANGE_START_TAG: "2026-08-01",
                                    ASSET_PARTITION_RANGE_END_TAG: "2026-08-01"})
         assert not failed.success
+        monkeypatch.setenv("ROTA_DATABASE_URL", url.render_as_string(hide_password=False))
         stored = [_github_sensor_ticks(monkeypatch)]
         for record in instance.get_run_records():
             stored.append(repr(record.dagster_run))

@@ -1,6 +1,6 @@
 """Sources: the produce upsert, the nightly maintenance Source and the GitHub Source."""
 
-import json
+import time
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
@@ -18,8 +18,8 @@ from pipelines.queue import (
     register_job,
 )
 from pipelines.sources import sources
-from pipelines.sources.github import GitHubClient, issue_ref
-from pipelines.sources.nightly import nightly_ref, prune_finished_runs, run_maintenance
+from pipelines.sources.github import GitHubClient, issue_ref, repository_cursors
+from pipelines.sources.nightly import compact_finished_runs, nightly_ref, run_maintenance
 from resources.github import GitHubResource
 from resources.maintenance import MaintenanceSettings
 from resources.postgres import PostgresResource
@@ -113,23 +113,13 @@ def test_the_nightly_source_makes_one_run_per_night_however_often_it_runs(engine
     assert refs == sorted({f"nightly/{d}" for d in month + [day]})
 
 
-def test_a_nightly_backfill_beyond_the_horizon_is_refused(engine):
-    old = (datetime.now(timezone.utc).date() - timedelta(days=401)).isoformat()
-    result = materialize_nights(old, old, raise_on_error=False)
-    assert not result.success
-    assert "beyond the backfill horizon" in str(result.get_step_failure_events()[0].step_failure_data.error)
-    assert source_runs(engine) == []
+def test_a_retention_below_a_day_is_refused():
+    with pytest.raises(Exception, match="retention_days must be at least 1, not 0"):
+        MaintenanceSettings(retention_days=0)
 
 
-def test_retention_shorter_than_the_backfill_horizon_is_refused():
-    with pytest.raises(Exception, match=r"retention_days \(30\) must be longer than backfill_horizon_days \(90\)"):
-        MaintenanceSettings(retention_days=30, backfill_horizon_days=90)
-    MaintenanceSettings(retention_days=91, backfill_horizon_days=90)
-
-
-def test_nightly_maintenance_reclaims_prunes_and_analyzes(engine, monkeypatch):
+def test_nightly_maintenance_reclaims_compacts_and_analyzes(engine, monkeypatch):
     monkeypatch.setenv("ROTA_RETENTION_DAYS", "10")
-    monkeypatch.setenv("ROTA_BACKFILL_HORIZON_DAYS", "5")
     job_id = register_job(engine, "report", schedule="* * * * *")
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     for n in range(4):
@@ -152,23 +142,29 @@ def test_nightly_maintenance_reclaims_prunes_and_analyzes(engine, monkeypatch):
                                "nightly/2026-12-01"), engine)
     with engine.connect() as conn:
         states = conn.execute(text("SELECT scheduled_for, state FROM job_queue ORDER BY 1")).all()
-        assert conn.execute(reltuples).scalar_one() == 3
-    assert [s for _, s in states] == ["succeeded", "queued", "queued"]
+        assert conn.execute(reltuples).scalar_one() == 4
+    assert [s for _, s in states] == ["succeeded", "succeeded", "queued", "queued"]
 
 
-def test_pruning_deletes_only_finished_runs_past_retention(engine):
+def test_compaction_drops_only_the_payload_and_error_of_finished_runs_past_retention(engine):
     job_id = register_job(engine, "report", schedule="* * * * *")
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     for n in range(3):
         enqueue_scheduled(engine, job_id, t0 + timedelta(minutes=n))
     with engine.begin() as conn:
+        conn.execute(text("UPDATE job_queue SET payload = '{\"big\": true}', last_error = 'boom'"))
         conn.execute(text("UPDATE job_queue SET state = 'failed', finished_at = now() - interval '500 days' "
                           "WHERE scheduled_for = :t"), {"t": t0})
         conn.execute(text("UPDATE job_queue SET run_at = now() - interval '500 days' WHERE scheduled_for = :t"),
                      {"t": t0 + timedelta(minutes=1)})
-    assert prune_finished_runs(engine, MaintenanceSettings()) == 1
+    assert compact_finished_runs(engine, MaintenanceSettings()) == 1
+    before = database_fingerprint(engine)
+    assert compact_finished_runs(engine, MaintenanceSettings()) == 0
+    assert database_fingerprint(engine) == before
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM job_queue")).scalar_one() == 2
+        rows = conn.execute(text("SELECT scheduled_for, state, payload, last_error FROM job_queue ORDER BY 1")).all()
+    assert [tuple(r[1:]) for r in rows] == [("failed", {}, None), ("queued", {"big": True}, "boom"),
+                                            ("queued", {"big": True}, "boom")]
 
 
 # ----------------------------------------------------------------------- GitHub
@@ -179,10 +175,14 @@ def github():
         yield fake
 
 
-def poll(fake, database_url, cursor=None, repositories="octo/cat", token="ghp_secret-token"):
+def poll(fake, database_url, repositories="octo/cat", token="ghp_secret-token", budget=40):
+    """One poll; returns (the repositories' cursors as stored, what each did, errors)."""
     resource = GitHubResource(token=token, api_url=fake.url, repositories=repositories)
-    client = GitHubClient(fake.url, token, timeout=2, max_wait=10, backoff=0.05)
-    return poll_repositories(resource, PostgresResource(database_url=database_url), cursor or {}, client)
+    client = GitHubClient(fake.url, token, timeout=2, budget=budget, backoff=0.05)
+    database = PostgresResource(database_url=database_url)
+    report, errors = poll_repositories(resource, database, client)
+    cursors = {repo: {"etag": c.etag, "since": c.since} for repo, c in repository_cursors(database.engine()).items()}
+    return cursors, report, errors
 
 
 def test_two_pages_become_one_run_per_issue_and_pull_requests_are_excluded(database_url, engine, github):
@@ -202,20 +202,35 @@ def test_an_unchanged_repository_answers_304_and_costs_nothing(database_url, eng
     github.add_issues("octo/cat", 30)
     cursor, _, _ = poll(github, database_url)
     before = database_fingerprint(engine)
-    cursor_again, report, errors = poll(github, database_url, cursor)
+    cursor_again, report, errors = poll(github, database_url)
     assert errors == [] and report["octo/cat"] == "not modified (304)"
     assert github.requests[-1]["if_none_match"] == cursor["octo/cat"]["etag"]
     assert cursor_again == cursor and database_fingerprint(engine) == before
 
 
-def test_a_rate_limit_is_waited_out_until_its_reset(database_url, engine, github):
+def test_a_rate_limit_is_reported_at_once_and_the_next_poll_resumes(database_url, engine, github):
+    """A poll runs inside a sensor evaluation, which Dagster times out: it never waits for
+    a reset, and the repositories after the limited one are left to the next poll."""
     github.add_issues("octo/cat", 3)
-    github.script.append({"status": 403, "reset_in": 1, "body": '{"message": "API rate limit exceeded"}'})
-    started = datetime.now(timezone.utc)
-    _, report, errors = poll(github, database_url)
-    assert errors == [] and len(source_runs(engine)) == 3
-    assert (datetime.now(timezone.utc) - started).total_seconds() >= 0.5
-    assert len(github.requests) == 2
+    github.add_issues("octo/dog", 2)
+    github.script.append({"status": 403, "reset_in": 3600, "body": '{"message": "API rate limit exceeded"}'})
+    started = time.monotonic()
+    cursors, report, errors = poll(github, database_url, repositories="octo/cat,octo/dog")
+    assert time.monotonic() - started < 5
+    assert len(errors) == 1 and "octo/cat: rate limited by GitHub" in errors[0]
+    assert report == {} and cursors == {} and len(github.requests) == 1 and source_runs(engine) == []
+    cursors, report, errors = poll(github, database_url, repositories="octo/cat,octo/dog")
+    assert errors == [] and len(source_runs(engine)) == 5 and set(cursors) == {"octo/cat", "octo/dog"}
+
+
+def test_retries_stop_at_the_polls_deadline(database_url, engine, github):
+    github.add_issues("octo/cat", 3)
+    github.script += [{"status": 503}] * 4
+    started = time.monotonic()
+    _, _, errors = poll(github, database_url, budget=2.1)
+    assert time.monotonic() - started < 3
+    assert errors == ["octo/cat: out of time for this poll (the sensor evaluation would time out); "
+                      "the next poll resumes"]
 
 
 def test_a_server_error_is_retried_with_backoff(database_url, engine, github):
@@ -245,7 +260,7 @@ def test_a_title_change_refreshes_a_queued_run_and_leaves_a_finished_one(databas
     waiting = "octo/cat#1" if ran == "octo/cat#2" else "octo/cat#2"
     for ref in (ran, waiting):
         github.set_title("octo/cat", int(ref.split("#")[1]), "Renamed", "2026-11-30T12:00:00Z")
-    _, report, _ = poll(github, database_url, cursor)
+    _, report, _ = poll(github, database_url)
     assert "1 refreshed, 1 unchanged" in report["octo/cat"]
     runs = {ref: (state, payload["title"]) for ref, state, payload in source_runs(engine)}
     assert runs[waiting] == ("queued", "Renamed") and runs[ran] == ("succeeded", f"Issue {ran.split('#')[1]}")
@@ -255,7 +270,7 @@ def test_a_reopened_issue_makes_no_new_run(database_url, engine, github):
     github.add_issues("octo/cat", 1)
     cursor, _, _ = poll(github, database_url)
     github.set_title("octo/cat", 1, "Issue 1", "2026-11-30T12:00:00Z")  # closed and reopened: same number
-    poll(github, database_url, cursor)
+    poll(github, database_url)
     assert len(source_runs(engine)) == 1
 
 
@@ -266,7 +281,7 @@ def test_a_thousand_issues_over_ten_pages_then_a_poll_of_all_304s(database_url, 
     cursor, report, errors = poll(github, database_url, repositories=repositories)
     assert errors == [] and len(source_runs(engine)) == 1000
     before = database_fingerprint(engine)
-    cursor_again, report, errors = poll(github, database_url, cursor, repositories=repositories)
+    cursor_again, report, errors = poll(github, database_url, repositories=repositories)
     assert errors == [] and set(report.values()) == {"not modified (304)"}
     assert database_fingerprint(engine) == before and cursor_again == cursor
 
@@ -286,21 +301,37 @@ def test_a_persistent_outage_fails_loudly_naming_the_repository(database_url, en
     assert source_runs(engine) == []
 
 
-def evaluate_github_sensor(fake, database_url, cursor=None):
+def evaluate_github_sensor(fake, database_url, repositories="octo/cat"):
+    """One tick of the sensor as the daemon runs it: "ok", or "failed" with the error kept
+    on `fake.failed_tick`."""
     sensor = defs.resolve_sensor_def("github_issues_sensor")
     resources = {"database": PostgresResource(database_url=database_url),
-                 "github": GitHubResource(api_url=fake.url, repositories="octo/cat", token="ghp_secret-token")}
-    with build_sensor_context(cursor=cursor, resources=resources, instance=DagsterInstance.ephemeral()) as context:
-        return sensor.evaluate_tick(context)
+                 "github": GitHubResource(api_url=fake.url, repositories=repositories, token="ghp_secret-token")}
+    with build_sensor_context(resources=resources, instance=DagsterInstance.ephemeral()) as context:
+        try:
+            sensor.evaluate_tick(context)
+        except Exception as error:  # noqa: BLE001 - what a failed tick shows
+            fake.failed_tick = str(error)
+            return "failed"
+    return "ok"
 
 
-def test_the_sensor_keeps_its_cursor_and_fails_loudly_on_an_outage(database_url, engine, github):
+def test_one_failing_repository_fails_the_tick_naming_it_and_the_others_keep_their_progress(
+        database_url, engine, github):
     github.add_issues("octo/cat", 2)
-    tick = evaluate_github_sensor(github, database_url)
-    assert json.loads(tick.cursor)["octo/cat"]["etag"] == github.etag("octo/cat")
-    assert len(source_runs(engine)) == 2
+    github.add_issues("octo/dog", 2)
+    github.missing.add("octo/gone")
+    assert evaluate_github_sensor(github, database_url, "octo/cat,octo/gone,octo/dog") == "failed"
+    assert github.failed_tick and "octo/gone: GitHub answered 404" in github.failed_tick
+    assert sorted(ref for ref, *_ in source_runs(engine)) == ["octo/cat#1", "octo/cat#2", "octo/dog#1", "octo/dog#2"]
+    asked = len(github.requests)
+    assert evaluate_github_sensor(github, database_url, "octo/cat,octo/gone,octo/dog") == "failed"
+    again = github.requests[asked:]
+    # The repositories that answered before ask with their ETags now: nothing was lost.
+    assert [(r["path"], r["if_none_match"] is not None) for r in again] == [
+        ("/repos/octo/cat/issues", True), ("/repos/octo/gone/issues", False), ("/repos/octo/dog/issues", True)]
     github.add_issues("octo/cat", 1, start=3)
     github.script += [{"status": 503}] * 4
-    with pytest.raises(Exception, match="octo/cat: GitHub answered 503 4 times"):
-        evaluate_github_sensor(github, database_url, tick.cursor)
-    assert len(source_runs(engine)) == 2
+    assert evaluate_github_sensor(github, database_url, "octo/cat") == "failed"
+    assert "octo/cat: GitHub answered 503 4 times" in github.failed_tick
+    assert len(source_runs(engine)) == 4

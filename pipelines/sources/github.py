@@ -7,9 +7,13 @@ Pull requests, which GitHub's issues endpoint also returns, are excluded.
 
 Polling is cheap when nothing changed: the first page is requested with the ETag of the
 last poll (`If-None-Match`), and a 304 ends the poll for that repository. Later pages
-follow the `Link: rel="next"` header. A rate-limit answer is waited out until its reset
-(never hammered); timeouts and 5xx answers are retried with backoff. A repository's pages
-are all fetched before anything is written, so a bad page writes nothing."""
+follow the `Link: rel="next"` header. Timeouts and 5xx answers are retried with backoff,
+within the poll's time budget: a poll runs inside a sensor evaluation, which Dagster
+times out, so it never sleeps past its deadline, and a rate limit is not waited out but
+reported (the next poll, minutes later, resumes). A repository's pages are all fetched
+before anything is written, so a bad page writes nothing; its runs and its cursor (ETag,
+`since`) are written in one transaction, so one repository's failure costs no other
+repository its progress."""
 
 import json
 import logging
@@ -18,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import requests
-from sqlalchemy import Engine
+from sqlalchemy import Engine, bindparam, text
+from sqlalchemy.dialects.postgresql import JSONB
 
 from pipelines.handlers import handler
 from pipelines.queue import ClaimedRun, Produced, produce_many, register_job
@@ -60,12 +65,12 @@ class RepoPoll:
 
 
 class GitHubClient:
-    def __init__(self, api_url: str, token: str | None, *, timeout: float = 10.0, max_wait: float = 60.0,
+    def __init__(self, api_url: str, token: str | None, *, timeout: float = 10.0, budget: float = 40.0,
                  backoff: float = 1.0, sleep: Callable[[float], None] = time.sleep,
                  session: requests.Session | None = None):
         self.api_url = api_url.rstrip("/")
         self.timeout = timeout
-        self.max_wait = max_wait
+        self.deadline = time.monotonic() + budget
         self.backoff = backoff
         self.sleep = sleep
         self.session = session or requests.Session()
@@ -92,35 +97,42 @@ class GitHubClient:
             return max(0.0, float(response.headers["X-RateLimit-Reset"]) - time.time()) + 0.5
         return None
 
+    def _in_time(self, repository: str, needed: float) -> None:
+        if time.monotonic() + needed > self.deadline:
+            raise GitHubError(f"{repository}: out of time for this poll (the sensor evaluation would time "
+                              "out); the next poll resumes")
+
     def get(self, repository: str, url: str, *, params: dict | None = None,
             headers: dict | None = None) -> requests.Response:
-        """GET with retries: timeouts, connection errors and 5xx back off and retry; a
-        rate-limit answer waits for its reset (up to max_wait, else RateLimited)."""
+        """GET with retries: timeouts, connection errors and 5xx back off and retry while
+        the poll's budget lasts; a rate-limit answer raises RateLimited at once."""
         for attempt in range(1, RETRIES + 1):
+            self._in_time(repository, self.timeout)
             try:
                 response = self.session.get(url, params=params, headers=headers, timeout=self.timeout)
             except (requests.Timeout, requests.ConnectionError) as error:
                 if attempt == RETRIES:
                     raise GitHubError(f"{repository}: GitHub did not answer after {RETRIES} tries: "
                                       f"{type(error).__name__}") from None
-                self.sleep(self.backoff * 2 ** (attempt - 1))
+                self._back_off(repository, attempt)
                 continue
             wait = self._rate_limit_wait(response)
             if wait is not None:
-                if wait > self.max_wait or attempt == RETRIES:
-                    raise RateLimited(f"{repository}: rate limited by GitHub for {wait:.0f}s more; "
-                                      "the next poll resumes")
-                log.warning("%s: rate limited; waiting %.1fs for the reset", repository, wait)
-                self.sleep(wait)
-                continue
+                raise RateLimited(f"{repository}: rate limited by GitHub for {wait:.0f}s more; "
+                                  "a later poll resumes")
             if response.status_code >= 500:
                 if attempt == RETRIES:
                     raise GitHubError(f"{repository}: GitHub answered {response.status_code} "
                                       f"{RETRIES} times")
-                self.sleep(self.backoff * 2 ** (attempt - 1))
+                self._back_off(repository, attempt)
                 continue
             return response
         raise AssertionError("unreachable")
+
+    def _back_off(self, repository: str, attempt: int) -> None:
+        delay = self.backoff * 2 ** (attempt - 1)
+        self._in_time(repository, delay + self.timeout)
+        self.sleep(delay)
 
     def open_issues(self, repository: str, cursor: RepoCursor) -> RepoPoll:
         poll = RepoPoll(repository, RepoCursor(cursor.etag, cursor.since))
@@ -168,13 +180,34 @@ def issue_payload(repository: str, issue: dict) -> dict:
             "url": issue.get("html_url") or ""}
 
 
+_CURSORS = text("SELECT scope, cursor FROM source_cursor WHERE source = :source")
+_SAVE_CURSOR = text(
+    """
+    INSERT INTO source_cursor (source, scope, cursor) VALUES (:source, :scope, :cursor)
+    ON CONFLICT ON CONSTRAINT source_cursor_pkey DO UPDATE SET cursor = EXCLUDED.cursor, updated_at = now()
+    WHERE source_cursor.cursor IS DISTINCT FROM EXCLUDED.cursor
+    """
+).bindparams(bindparam("cursor", type_=JSONB))
+
+
+def repository_cursors(engine: Engine) -> dict[str, RepoCursor]:
+    """Where the last successful poll of each repository got to."""
+    with engine.connect() as conn:
+        return {scope: RepoCursor(**cursor) for scope, cursor in conn.execute(_CURSORS, {"source": GITHUB.name})}
+
+
 def produce_issues(engine: Engine, poll: RepoPoll) -> Produced:
-    """Produce one run per open issue of one repository, in one statement."""
+    """Produce one run per open issue of one repository, and move its cursor, in one
+    transaction: the cursor never gets ahead of the runs, nor behind them."""
     register_job(engine, GITHUB.job_name)
-    return produce_many(engine, GITHUB.name, [
-        (GITHUB.ref(poll.repository, issue["number"]), GITHUB.job_name, issue_payload(poll.repository, issue))
-        for issue in poll.issues
-    ])
+    with engine.begin() as conn:
+        produced = produce_many(conn, GITHUB.name, [
+            (GITHUB.ref(poll.repository, issue["number"]), GITHUB.job_name, issue_payload(poll.repository, issue))
+            for issue in poll.issues
+        ])
+        conn.execute(_SAVE_CURSOR, {"source": GITHUB.name, "scope": poll.repository,
+                                    "cursor": {"etag": poll.cursor.etag, "since": poll.cursor.since}})
+    return produced
 
 
 @handler(GITHUB.job_name)

@@ -1,19 +1,13 @@
 """The nightly maintenance Source: one run per night, because the date is in its ref.
 
 Ref convention: `nightly/YYYY-MM-DD`, the UTC day the partition covers. Its handler does
-the queue's upkeep: reclaims expired leases, prunes finished runs older than the
-retention, and refreshes the planner's statistics."""
+the queue's upkeep: reclaims expired leases, compacts finished runs older than the
+retention to their identity, and refreshes the planner's statistics."""
 
 import logging
-from datetime import date, datetime, timezone
+from datetime import date
 
-from dagster import (
-    AssetExecutionContext,
-    DailyPartitionsDefinition,
-    Failure,
-    MaterializeResult,
-    asset,
-)
+from dagster import AssetExecutionContext, DailyPartitionsDefinition, MaterializeResult, asset
 from sqlalchemy import Engine, text
 
 from pipelines.handlers import handler
@@ -33,7 +27,7 @@ def nightly_ref(day: date) -> str:
 NIGHTLY = Source(name="nightly", job_name="nightly-maintenance", ref_convention="nightly/YYYY-MM-DD",
                  ref=nightly_ref)
 NIGHTLY_PARTITIONS = DailyPartitionsDefinition(start_date="2025-01-01")
-PRUNE_BATCH = 10_000
+COMPACT_BATCH = 10_000
 TENANT_AND_QUEUE_TABLES = ("duty", "task", "job", "event", "job_queue")
 
 
@@ -44,18 +38,10 @@ TENANT_AND_QUEUE_TABLES = ("duty", "task", "job", "event", "job_queue")
     group_name="queue",
     kinds={"postgres"},
     description="One nightly-maintenance run per day (ref nightly/YYYY-MM-DD). Backfill by "
-                "selecting days; a day already produced is left alone.",
+                "selecting days; a day already produced is left alone, however long ago it ran.",
 )
-def nightly_maintenance(context: AssetExecutionContext, database: PostgresResource,
-                        maintenance: MaintenanceSettings) -> MaterializeResult:
+def nightly_maintenance(context: AssetExecutionContext, database: PostgresResource) -> MaterializeResult:
     days = [date.fromisoformat(key) for key in context.partition_keys]
-    oldest = maintenance.oldest_backfill(datetime.now(timezone.utc)).date()
-    too_old = [d.isoformat() for d in days if d < oldest]
-    if too_old:
-        raise Failure(description=(
-            f"{len(too_old)} days lie beyond the backfill horizon ({maintenance.backfill_horizon_days} "
-            f"days, oldest allowed {oldest}): {too_old[0]}..{too_old[-1]}. Their runs may already "
-            "have been pruned, so producing them again could run them twice."))
     engine = database.engine()
     register_job(engine, NIGHTLY.job_name)
     produced = produce_many(engine, NIGHTLY.name,
@@ -68,39 +54,45 @@ def nightly_maintenance(context: AssetExecutionContext, database: PostgresResour
     })
 
 
-_PRUNE = text(
+# A finished run past the retention keeps its row, and with it its identity (schedule,
+# event or source ref): only the payload and the error text go. Deleting the row would let
+# a backfill or a replayed cursor produce the same run again.
+_COMPACT = text(
     """
-    WITH doomed AS (
+    WITH done AS (
         SELECT id FROM job_queue
         WHERE state IN ('succeeded', 'failed', 'cancelled')
           AND finished_at < now() - make_interval(days => :days)
+          AND (payload <> '{}'::jsonb OR last_error IS NOT NULL)
         ORDER BY id
         LIMIT :batch
         FOR UPDATE SKIP LOCKED
     )
-    DELETE FROM job_queue q USING doomed WHERE q.id = doomed.id
+    UPDATE job_queue q SET payload = '{}'::jsonb, last_error = NULL
+    FROM done WHERE q.id = done.id
     """
 )
 
 
-def prune_finished_runs(engine: Engine, settings: MaintenanceSettings) -> int:
-    """Delete finished runs older than the retention, in batches; returns how many."""
-    pruned = 0
+def compact_finished_runs(engine: Engine, settings: MaintenanceSettings) -> int:
+    """Drop the payload and error text of finished runs older than the retention, in
+    batches, keeping each run's identity; returns how many runs were compacted."""
+    compacted = 0
     while True:
         with engine.begin() as conn:
-            deleted = conn.execute(_PRUNE, {"days": settings.retention_days, "batch": PRUNE_BATCH}).rowcount
-        pruned += deleted
-        if deleted < PRUNE_BATCH:
-            return pruned
+            changed = conn.execute(_COMPACT, {"days": settings.retention_days, "batch": COMPACT_BATCH}).rowcount
+        compacted += changed
+        if changed < COMPACT_BATCH:
+            return compacted
 
 
 @handler(NIGHTLY.job_name)
 def run_maintenance(run: ClaimedRun, engine: Engine) -> None:
     settings = maintenance_settings_from_env()
     reclaimed = reclaim_expired(engine)
-    pruned = prune_finished_runs(engine, settings)
+    compacted = compact_finished_runs(engine, settings)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         for table in TENANT_AND_QUEUE_TABLES:
             conn.execute(text(f"ANALYZE {table}"))
-    log.info("nightly maintenance %s: reclaimed %s, pruned %d finished runs older than %d days, analyzed %s",
-             run.source_ref, reclaimed, pruned, settings.retention_days, ", ".join(TENANT_AND_QUEUE_TABLES))
+    log.info("nightly maintenance %s: reclaimed %s, compacted %d finished runs older than %d days, analyzed %s",
+             run.source_ref, reclaimed, compacted, settings.retention_days, ", ".join(TENANT_AND_QUEUE_TABLES))
