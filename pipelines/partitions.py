@@ -3,7 +3,9 @@
 Partitions reach far enough ahead for the longest lead window (366 days) in the
 easternmost zone (UTC+14): `end_offset` counts periods past the last complete one."""
 
+import os
 import warnings
+from datetime import date
 
 from dagster import (
     BackfillPolicy,
@@ -38,3 +40,15 @@ assert tuple(TASK_PARTITIONS) == FREQUENCIES
 
 def task_asset_name(frequency: str) -> str:
     return f"{frequency}_tasks"
+
+
+def queue_history_start() -> date:
+    """Where the queue's partitions (hours of fire times, maintenance nights) begin:
+    ROTA_HISTORY_START, the day rota's history starts (`rota dev` records its first start
+    under ROTA_HOME). Nothing before it was ever delivered, so a partition there would only
+    show as missing; set it earlier to backfill further back."""
+    value = os.environ.get("ROTA_HISTORY_START", "2025-01-01")
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"ROTA_HISTORY_START must be a date like 2026-12-03, not {value!r}") from None

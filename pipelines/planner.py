@@ -82,9 +82,13 @@ class Plan:
     spans: list[tuple[str, str] | None] = field(default_factory=list)
     slices: list[Slice] = field(default_factory=list)
     # (timezone, outcome) -> count; outcomes: skipped (requested, but beyond what a
-    # scheduled run at as_of reaches, or outside the run's partition range) and
-    # outside_window (the duty's effective window excludes the period).
+    # scheduled run at as_of reaches, or outside the run's partition range),
+    # outside_window (the duty's effective window excludes the period) and existing
+    # (inside the span its last scheduled run proved complete).
     counts: Counter = field(default_factory=Counter)
+    # (period_key, outcome) -> count, the same outcomes per requested period, plus
+    # offered: the tasks the writer is to create or find (created + existing).
+    periods: Counter = field(default_factory=Counter)
     unplannable: dict[int, str] = field(default_factory=dict)
     timezone_of: dict[int, str] = field(default_factory=dict)
 
@@ -186,22 +190,34 @@ def plan(
                 due_keys = set(due.keys)
                 candidates = _candidates([p for p in requested if p.key in due_keys], lead_days)
             beyond = len(due.rows) - len(candidates.rows)
+            later = [p.key for p in requested if p.key > due.keys[-1]]
         else:
             candidates = _candidates([p for p in requested
                                       if p.start <= today or _visible_from(p, lead_days) <= today], lead_days)
-            beyond = len(requested) - len(candidates.rows)
+            beyond = 0
+            reached = set(candidates.keys)
+            later = [p.key for p in requested if p.key not in reached]
         scheduled = mode is Mode.SCHEDULED
         group = len(result.groups)
         result.groups.append(candidates.rows)
         keys, ends = candidates.keys, candidates.ends
         result.spans.append((keys[0], keys[-1]) if scheduled and keys else None)
         count = len(keys)
-        skipped = outside = dispatched = 0
+        # Each duty's existing, outside-window and offered periods are index ranges of the
+        # group's candidates: counted per period through difference arrays, not per task.
+        ranges = {outcome: [0] * (count + 1) for outcome in ("existing", "outside_window", "offered")}
+
+        def add(outcome: str, start: int, end: int) -> None:
+            if start < end:
+                ranges[outcome][start] += 1
+                ranges[outcome][end] -= 1
+
+        counted = 0
         for duty in members:
             windowed = duty.effective_from is not None or duty.effective_to is not None
             if scheduled and windowed and not _in_window(duty, today):
                 continue
-            skipped += beyond
+            counted += 1
             proven = scheduled and keys and duty.complete_from is not None and duty.complete_from <= keys[0]
             done = bisect_right(keys, duty.complete_through) if proven else 0
             first, stop = done, count
@@ -210,14 +226,25 @@ def plan(
                     first = max(first, bisect_left(ends, duty.effective_from))
                 if duty.effective_to is not None:
                     stop = bisect_right(ends, duty.effective_to)
-            made = max(0, stop - first)
-            dispatched += done
-            outside += count - done - made
-            if made:
+            stop = max(stop, first)
+            add("existing", 0, done)
+            add("outside_window", done, first)
+            add("outside_window", stop, count)
+            add("offered", first, stop)
+            if stop > first:
                 result.slices.append(Slice(duty.id, group, first, stop - 1, duty.version))
-        for outcome, n in (("skipped", skipped), ("outside_window", outside), ("existing", dispatched)):
-            if n:
-                result.counts[(timezone, outcome)] += n
+        result.counts[(timezone, "skipped")] += counted * (beyond + len(later))
+        for key in later:
+            result.periods[(key, "skipped")] += counted
+        for outcome, steps in ranges.items():
+            running = 0
+            for index, step in enumerate(steps[:count]):
+                running += step
+                if running:
+                    result.periods[(keys[index], outcome)] += running
+                    if outcome != "offered":
+                        result.counts[(timezone, outcome)] += running
     # Identity order: racing writers that insert in different orders deadlock.
     result.slices.sort()
+    result.counts = +result.counts
     return result

@@ -15,7 +15,7 @@ from dagster import (
 from sqlalchemy import ARRAY, BigInteger, DateTime, bindparam, text
 
 from pipelines.assets import AsOfConfig, run_instant
-from pipelines.partitions import SINGLE_RUN
+from pipelines.partitions import SINGLE_RUN, queue_history_start
 from pipelines.queue import cancel_unscheduled_runs, enqueue_scheduled_many
 from pipelines.scheduling import ScheduledJob, plan_fire_times
 from resources.postgres import PostgresResource
@@ -24,7 +24,7 @@ from resources.scheduling import SchedulingSettings
 LIVE_TAG = "rota/live"
 SCHEDULED_RUNS = "scheduled_runs"
 FIRE_TIMES_CHECK = "every_fire_time_is_queued"
-HOURLY = HourlyPartitionsDefinition(start_date="2025-01-01-00:00", end_offset=2)
+HOURLY = HourlyPartitionsDefinition(start_date=f"{queue_history_start().isoformat()}-00:00", end_offset=2)
 
 
 _SCHEDULED_JOBS = text(

@@ -8,11 +8,11 @@ stays a scheduled run as of the original tick."""
 import os
 
 from dagster import (
-    AssetSelection,
     DefaultScheduleStatus,
     RunRequest,
     ScheduleDefinition,
     ScheduleEvaluationContext,
+    define_asset_job,
     schedule,
 )
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
@@ -32,6 +32,15 @@ _MAX_LEAD = text(
 )
 
 
+def build_dispatch_job(frequency: str):
+    """A named job per task asset, so the runs list names what each run dispatches."""
+    return define_asset_job(f"dispatch_{frequency}_tasks", selection=[task_asset_name(frequency)],
+                            description=f"Dispatches the {frequency} tasks of the selected periods.")
+
+
+DISPATCH_JOBS = {frequency: build_dispatch_job(frequency) for frequency in FREQUENCIES}
+
+
 def build_dispatch_schedule(frequency: str) -> ScheduleDefinition:
     asset_name = task_asset_name(frequency)
 
@@ -39,7 +48,7 @@ def build_dispatch_schedule(frequency: str) -> ScheduleDefinition:
         name=f"{asset_name}_schedule",
         cron_schedule=DISPATCH_CRON,
         execution_timezone="UTC",
-        target=AssetSelection.assets(asset_name),
+        job=DISPATCH_JOBS[frequency],
         default_status=DefaultScheduleStatus.RUNNING,
         description=f"Dispatches every open {frequency} period, in every duty's own timezone.",
     )

@@ -4,11 +4,11 @@ dispatch."""
 from datetime import datetime, timezone
 
 from dagster import (
-    AssetSelection,
     DefaultSensorStatus,
     RunRequest,
     SensorEvaluationContext,
     SkipReason,
+    define_asset_job,
     sensor,
 )
 from sqlalchemy import text
@@ -25,9 +25,14 @@ _JOBS_FINGERPRINT = text(
 )
 
 
+deliver_scheduled_runs_job = define_asset_job(
+    "deliver_scheduled_runs", selection=[SCHEDULED_RUNS],
+    description="Queues the cron fire times of the selected hours.")
+
+
 @sensor(
     name="scheduled_runs_sensor",
-    target=AssetSelection.assets(SCHEDULED_RUNS),
+    job=deliver_scheduled_runs_job,
     minimum_interval_seconds=30,
     default_status=DefaultSensorStatus.RUNNING,
     description="Live delivery: queues each hour's fire times a few minutes before the hour "
@@ -61,4 +66,5 @@ def event_dispatch_sensor(context: SensorEvaluationContext, database: PostgresRe
     return SkipReason(f"delivered {delivered} events, queued {created} runs")
 
 
+QUEUE_JOBS = [deliver_scheduled_runs_job]
 QUEUE_SENSORS = [scheduled_runs_sensor, event_dispatch_sensor]

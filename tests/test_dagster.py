@@ -36,6 +36,12 @@ def metadata(result, name):
     return {key: value.value for key, value in materialization.metadata.items()}
 
 
+def by_partition(result, name):
+    """Each materialized partition's own metadata."""
+    return {m.partition: {key: value.value for key, value in m.metadata.items()}
+            for m in result.asset_materializations_for_node(name)}
+
+
 def test_the_definitions_load_with_every_asset_schedule_and_sensor():
     repository = defs.get_repository_def()
     assert sorted(k.to_user_string() for k in repository.asset_graph.get_all_asset_keys()) == sorted(
@@ -80,15 +86,34 @@ def test_a_thirteen_month_backfill_is_one_run_and_a_second_inserts_nothing(engin
         plain: [f"{y}-{m:02d}" for y, m in [(2025, m) for m in range(8, 13)] + [(2026, m) for m in range(1, 9)]],
         closed: ["2025-08", "2025-09", "2025-10"],
     }
-    first = metadata(result, "monthly_tasks")
-    assert (first["mode"], first["created"], first["skipped"]) == ("backfill", 16, 4)
-    assert "Asia/Kathmandu" in first["by_timezone"]
+    # One materialization per period dispatched, each counting its own period; 2026-09 and
+    # 2026-10 lie beyond what a run as of 2026-08-20 creates: reported, not materialized.
+    partitions = by_partition(result, "monthly_tasks")
+    assert sorted(partitions) == [f"{y}-{m:02d}-01" for y, m in [(2025, m) for m in range(8, 13)]
+                                  + [(2026, m) for m in range(1, 9)]]
+    outcomes = ("created", "existing", "skipped", "outside_window")
+    assert [partitions["2025-10-01"][o] for o in outcomes] == [2, 0, 0, 0]
+    assert [partitions["2025-11-01"][o] for o in outcomes] == [1, 0, 0, 1]
+    assert partitions["2026-08-01"]["mode"] == "backfill"
     checks = result.get_asset_check_evaluations()
     assert [(c.check_name, c.passed) for c in checks] == [(COMPLETENESS_CHECK, True)]
     before = database_fingerprint(engine)
-    again = run_asset("monthly_tasks", "2025-08-01", "2026-10-01", as_of="2026-08-20T00:00:00+02:00")
-    assert metadata(again, "monthly_tasks")["created"] == 0
+    again = by_partition(run_asset("monthly_tasks", "2025-08-01", "2026-10-01", as_of="2026-08-20T00:00:00+02:00"),
+                         "monthly_tasks")
+    assert sorted(again) == sorted(partitions)
+    assert [again["2025-10-01"][o] for o in outcomes] == [0, 2, 0, 0]
     assert database_fingerprint(engine) == before
+
+
+def test_a_range_entirely_beyond_the_runs_instant_is_not_shown_materialized(engine):
+    add_duty(engine, timezone="UTC", lead_days=40)
+    result = run_asset("monthly_tasks", "2027-01-01", "2027-03-01", as_of="2026-12-25T12:00:00Z")
+    assert result.success
+    assert sorted(by_partition(result, "monthly_tasks")) == ["2027-01-01"]  # visible_from 2026-12-22
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE duty SET state = 'archived'"))
+    empty = run_asset("monthly_tasks", "2027-02-01", "2027-02-01", as_of="2026-12-25T12:00:00Z")
+    assert sorted(by_partition(empty, "monthly_tasks")) == ["2027-02-01"]  # nothing was due: no duty
 
 
 def test_an_as_of_without_an_offset_fails_the_run_before_any_write(engine):

@@ -110,7 +110,10 @@ def test_shanghai_and_los_angeles_in_one_run(engine):
     los_angeles = add_duty(engine, timezone="America/Los_Angeles")
     report = run(engine, "2026-08-31T20:00:00Z", months("2026-08", "2026-09"))
     assert keys_by_duty(engine) == {shanghai: ["2026-09"], los_angeles: ["2026-08"]}
-    assert report.by_timezone() == {"America/Los_Angeles": {"created": 1}, "Asia/Shanghai": {"created": 1}}
+    # Los Angeles is still in August: September was asked for and lies beyond its reach.
+    assert report.by_timezone() == {"America/Los_Angeles": {"created": 1, "skipped": 1},
+                                    "Asia/Shanghai": {"created": 1}}
+    assert report.for_period("2026-09") == {"created": 1, "existing": 0, "skipped": 1, "outside_window": 0}
 
 
 def test_standing_and_paused_produce_nothing_and_unpausing_skips_the_gap(engine):

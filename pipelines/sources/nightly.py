@@ -11,7 +11,7 @@ from dagster import AssetExecutionContext, DailyPartitionsDefinition, Materializ
 from sqlalchemy import Engine, text
 
 from pipelines.handlers import handler
-from pipelines.partitions import SINGLE_RUN
+from pipelines.partitions import SINGLE_RUN, queue_history_start
 from pipelines.queue import ClaimedRun, produce_many, reclaim_expired, register_job
 from pipelines.sources import Source
 from resources.maintenance import MaintenanceSettings, maintenance_settings_from_env
@@ -26,7 +26,7 @@ def nightly_ref(day: date) -> str:
 
 NIGHTLY = Source(name="nightly", job_name="nightly-maintenance", ref_convention="nightly/YYYY-MM-DD",
                  ref=nightly_ref)
-NIGHTLY_PARTITIONS = DailyPartitionsDefinition(start_date="2025-01-01")
+NIGHTLY_PARTITIONS = DailyPartitionsDefinition(start_date=queue_history_start().isoformat())
 COMPACT_BATCH = 10_000
 TENANT_AND_QUEUE_TABLES = ("duty", "task", "job", "event", "job_queue")
 

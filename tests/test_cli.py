@@ -1,0 +1,45 @@
+"""The `rota` command at its edges: a taken port, a worker without a database, `rota psql`."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROTA = str(Path(sys.executable).parent / "rota")
+
+
+def _env(tmp_path, **extra):
+    env = {key: value for key, value in os.environ.items() if key != "ROTA_DATABASE_URL"}
+    return {**env, "ROTA_HOME": str(tmp_path / "home"), **extra}
+
+
+def test_a_second_rota_dev_refuses_a_taken_port_at_once_and_starts_nothing(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        done = subprocess.run([ROTA, "dev", "--port", str(port)], env=_env(tmp_path), capture_output=True,
+                              text=True, timeout=60)
+    assert time.monotonic() - started < 20
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in done.stdout
+    assert f"--port {port + 1}" in done.stdout
+    assert not (tmp_path / "home" / "pgdata").exists()  # not even the database was started
+
+
+def test_rota_worker_without_a_database_says_so_and_starts_nothing(tmp_path):
+    done = subprocess.run([ROTA, "worker"], env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "rota worker needs a database: set ROTA_DATABASE_URL" in done.stdout
+    assert not (tmp_path / "home" / "pgdata").exists()
+
+
+def test_rota_psql_opens_rotas_database(database_url, tmp_path):
+    done = subprocess.run([ROTA, "psql", "-At", "-c", "SELECT count(*) FROM duty"],
+                          env=_env(tmp_path, ROTA_DATABASE_URL=database_url), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0"
