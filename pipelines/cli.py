@@ -131,12 +131,12 @@ def _port_taken(host: str, port: int) -> bool:
 
 
 def history_start() -> str:
-    """The day rota's history starts on this machine: recorded under ROTA_HOME at the first
+    """The hour rota's history starts on this machine: recorded under ROTA_HOME at the first
     `rota dev`, so the queue's partitions begin there and a fresh install shows no missing
     hour or night from before it existed."""
     recorded = rota_home() / "history_start"
     if not recorded.exists():
-        recorded.write_text(datetime.now(timezone.utc).date().isoformat() + "\n")
+        recorded.write_text(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:00") + "\n")
     return recorded.read_text().strip()
 
 

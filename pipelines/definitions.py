@@ -5,22 +5,27 @@ from dagster import Definitions
 from pipelines.assets import TASK_ASSETS
 from pipelines.queue_assets import QUEUE_ASSETS
 from pipelines.sources.nightly import nightly_maintenance
+from resources.alerts import alerts_from_env
 from resources.github import github_from_env
 from resources.postgres import postgres_from_env
 from resources.scheduling import scheduling_settings_from_env
+from schedules.alerts import ALERT_SENSORS
 from schedules.dispatch import DISPATCH_JOBS, DISPATCH_SCHEDULES
+from schedules.freshness import FRESHNESS_CHECKS, freshness_checks_job, freshness_checks_schedule
 from schedules.github import GITHUB_SENSORS
 from schedules.maintenance import MAINTENANCE_JOBS, MAINTENANCE_SCHEDULES
 from schedules.queue import QUEUE_JOBS, QUEUE_SENSORS
 
 defs = Definitions(
     assets=[*TASK_ASSETS, *QUEUE_ASSETS, nightly_maintenance],
-    jobs=[*DISPATCH_JOBS.values(), *MAINTENANCE_JOBS, *QUEUE_JOBS],
-    schedules=[*DISPATCH_SCHEDULES, *MAINTENANCE_SCHEDULES],
-    sensors=[*QUEUE_SENSORS, *GITHUB_SENSORS],
+    asset_checks=[*FRESHNESS_CHECKS],
+    jobs=[*DISPATCH_JOBS.values(), *MAINTENANCE_JOBS, *QUEUE_JOBS, freshness_checks_job],
+    schedules=[*DISPATCH_SCHEDULES, *MAINTENANCE_SCHEDULES, freshness_checks_schedule],
+    sensors=[*QUEUE_SENSORS, *GITHUB_SENSORS, *ALERT_SENSORS],
     resources={
         "database": postgres_from_env(),
         "scheduling": scheduling_settings_from_env(),
         "github": github_from_env(),
+        "alerts": alerts_from_env(),
     },
 )

@@ -5,7 +5,7 @@ easternmost zone (UTC+14): `end_offset` counts periods past the last complete on
 
 import os
 import warnings
-from datetime import date
+from datetime import datetime
 
 from dagster import (
     BackfillPolicy,
@@ -42,13 +42,16 @@ def task_asset_name(frequency: str) -> str:
     return f"{frequency}_tasks"
 
 
-def queue_history_start() -> date:
+def queue_history_start() -> datetime:
     """Where the queue's partitions (hours of fire times, maintenance nights) begin:
-    ROTA_HISTORY_START, the day rota's history starts (`rota dev` records its first start
-    under ROTA_HOME). Nothing before it was ever delivered, so a partition there would only
-    show as missing; set it earlier to backfill further back."""
+    ROTA_HISTORY_START (UTC, `2026-12-03` or `2026-12-03T09:00`), when rota's history
+    starts (`rota dev` records the hour of its first start under ROTA_HOME). Nothing
+    before it was ever delivered, so a partition there would only show as missing; set it
+    earlier to backfill further back."""
     value = os.environ.get("ROTA_HISTORY_START", "2025-01-01")
     try:
-        return date.fromisoformat(value)
+        start = datetime.fromisoformat(value)
     except ValueError:
-        raise ValueError(f"ROTA_HISTORY_START must be a date like 2026-12-03, not {value!r}") from None
+        raise ValueError(f"ROTA_HISTORY_START must be a UTC date or hour like 2026-12-03 or 2026-12-03T09:00, "
+                         f"not {value!r}") from None
+    return start.replace(minute=0, second=0, microsecond=0, tzinfo=None)

@@ -24,7 +24,7 @@ from resources.scheduling import SchedulingSettings
 LIVE_TAG = "rota/live"
 SCHEDULED_RUNS = "scheduled_runs"
 FIRE_TIMES_CHECK = "every_fire_time_is_queued"
-HOURLY = HourlyPartitionsDefinition(start_date=f"{queue_history_start().isoformat()}-00:00", end_offset=2)
+HOURLY = HourlyPartitionsDefinition(start_date=queue_history_start().strftime("%Y-%m-%d-%H:%M"), end_offset=2)
 
 
 _SCHEDULED_JOBS = text(

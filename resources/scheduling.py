@@ -8,10 +8,11 @@ class SchedulingSettings(ConfigurableResource):
     """Live delivery of cron fire times. Fire times older than `catch_up_minutes` when
     the live sensor gets to them are not queued automatically: their hour's check fails
     and the hour is backfilled by selecting it. `lookahead_minutes` is how far ahead of
-    its fire times an hour is queued."""
+    its fire times an hour is queued: an hour, by default, so the next hour is queued as
+    soon as its partition exists and never shows as missing."""
 
     catch_up_minutes: int = 15
-    lookahead_minutes: int = 5
+    lookahead_minutes: int = 60
 
     @property
     def catch_up(self) -> timedelta:
@@ -25,5 +26,5 @@ class SchedulingSettings(ConfigurableResource):
 def scheduling_settings_from_env() -> SchedulingSettings:
     return SchedulingSettings(
         catch_up_minutes=int(os.environ.get("ROTA_SCHEDULE_CATCHUP_MINUTES", "15")),
-        lookahead_minutes=int(os.environ.get("ROTA_SCHEDULE_LOOKAHEAD_MINUTES", "5")),
+        lookahead_minutes=int(os.environ.get("ROTA_SCHEDULE_LOOKAHEAD_MINUTES", "60")),
     )

@@ -35,7 +35,7 @@ deliver_scheduled_runs_job = define_asset_job(
     job=deliver_scheduled_runs_job,
     minimum_interval_seconds=30,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Live delivery: queues each hour's fire times a few minutes before the hour "
+    description="Live delivery: queues each hour's fire times ahead of the hour "
                 "(run_at = scheduled_for), and again whenever the cron jobs change.",
 )
 def scheduled_runs_sensor(context: SensorEvaluationContext, database: PostgresResource,
@@ -45,6 +45,8 @@ def scheduled_runs_sensor(context: SensorEvaluationContext, database: PostgresRe
         fingerprint = conn.execute(_JOBS_FINGERPRINT).scalar_one()
     for hour in live_hours(now, scheduling.catch_up, scheduling.lookahead):
         key = HOURLY.get_partition_key_for_timestamp(hour.timestamp())
+        if not HOURLY.has_partition_key(key):
+            continue  # before rota's history starts
         yield RunRequest(
             run_key=f"{key}|{fingerprint}",
             partition_key=key,

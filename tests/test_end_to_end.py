@@ -88,9 +88,13 @@ def answers(port: int) -> bool:
 
 @pytest.fixture
 def rota_dev(database_url, server_url, tmp_path):
+    """`rota dev` on a fresh database, its dispatch schedules ticking every minute."""
+    yield from start_rota_dev(database_url, server_url, tmp_path, {"ROTA_DISPATCH_CRON": "* * * * *"})
+
+
+def start_rota_dev(database_url, server_url, tmp_path, settings):
     port = free_port()
-    env = {**os.environ, "ROTA_DATABASE_URL": database_url, "ROTA_HOME": str(tmp_path / "home"),
-           "ROTA_DISPATCH_CRON": "* * * * *"}
+    env = {**os.environ, "ROTA_DATABASE_URL": database_url, "ROTA_HOME": str(tmp_path / "home"), **settings}
     log = open(tmp_path / "rota-dev.log", "w")
     process = subprocess.Popen([str(Path(sys.executable).parent / "rota"), "dev", "--port", str(port)],
                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -26,7 +26,7 @@ def nightly_ref(day: date) -> str:
 
 NIGHTLY = Source(name="nightly", job_name="nightly-maintenance", ref_convention="nightly/YYYY-MM-DD",
                  ref=nightly_ref)
-NIGHTLY_PARTITIONS = DailyPartitionsDefinition(start_date=queue_history_start().isoformat())
+NIGHTLY_PARTITIONS = DailyPartitionsDefinition(start_date=queue_history_start().date().isoformat())
 COMPACT_BATCH = 10_000
 TENANT_AND_QUEUE_TABLES = ("duty", "task", "job", "event", "job_queue")
 

@@ -1,0 +1,146 @@
+"""What the Dagster UI shows a person, in a real Chromium against a real `rota dev`: a
+backfill selected and launched by clicking, each partition's own counts, the future
+partitions not green, and no missing hour on a fresh install's scheduled_runs.
+
+Screenshots of each step are kept under .rota/browser/. Debian's `chromium` is driven
+through Playwright (`executable_path`: Playwright's own browser download cannot reach
+the internet here); `.ci/run` installs it, elsewhere the test skips saying why."""
+
+import re
+import shutil
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from pipelines.periods import period_containing
+from resources.server import ROTA_HOME_DEFAULT
+from tests.helpers import duty_values, insert_duties
+from tests.test_end_to_end import answers, graphql, start_rota_dev, wait_for
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SHOTS = ROTA_HOME_DEFAULT / "browser"
+
+BACKFILLS = "{ partitionBackfillsOrError { ... on PartitionBackfills { results { id status } } } }"
+RUNS = """
+query Runs($id: String!) {
+  runsOrError(filter: {tags: [{key: "dagster/backfill", value: $id}]}) { ... on Runs { results { status } } }
+}
+"""
+
+
+def _months(first, count):
+    months = [first]
+    while len(months) < count:
+        months.append(period_containing("monthly", months[-1].end + timedelta(days=1)))
+    return months
+
+
+@pytest.fixture
+def rota_dev(database_url, server_url, tmp_path):
+    """`rota dev` as installed: hourly dispatch schedules, so no scheduled run races the clicks."""
+    yield from start_rota_dev(database_url, server_url, tmp_path, {})
+
+
+@pytest.fixture
+def browser():
+    if CHROMIUM is None:
+        pytest.skip("no Chromium on this machine (apt-get install chromium; .ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            yield page
+        finally:
+            page.screenshot(path=str(SHOTS / "last.png"), full_page=True)
+            chromium.close()
+
+
+def _open(page, port, path, shot):
+    page.goto(f"http://127.0.0.1:{port}{path}")
+    page.get_by_text("Materialized (", exact=False).wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)
+    skip = page.get_by_role("button", name="Skip")  # Dagster's community sign-up, shown now and then
+    if skip.is_visible():
+        skip.click()
+    page.screenshot(path=str(SHOTS / shot), full_page=True)
+
+
+def _count(page, label):
+    text = page.get_by_text(f"{label} (", exact=False).first.inner_text()
+    return int(re.search(r"\((\d+)\)", text).group(1))
+
+
+def test_a_backfill_launched_by_clicking_shows_each_partitions_own_counts_and_no_false_green(
+        engine, rota_dev, browser):
+    process, port, log_path = rota_dev
+    zones = ["UTC", "Asia/Tokyo", "America/Denver", "Europe/Berlin", "Pacific/Auckland"]
+    insert_duties(engine, [duty_values(timezone=zones[n % 5], title=f"duty {n}") for n in range(40)])
+    # Thirteen months up to the one now current everywhere, and three beyond any duty's reach.
+    now = datetime.now(timezone.utc)
+    current = period_containing("monthly", (now + timedelta(hours=14)).date())
+    first = period_containing("monthly", current.start - timedelta(days=360))
+    months = _months(first, 16)
+    reached = [m for m in months if m.start <= (now - timedelta(hours=12)).date()]
+    beyond = [m for m in months if m.start > (now + timedelta(hours=14)).date()]
+    assert len(beyond) == 3 and len(reached) >= 12
+
+    wait_for(lambda: answers(port) or process.poll() is not None, 120, "the Dagster webserver")
+    assert process.poll() is None, log_path.read_text()[-4000:]
+    page = browser
+    _open(page, port, "/assets/monthly_tasks?view=partitions", "1-monthly-before.png")
+    assert _count(page, "Materialized") == 0
+
+    page.get_by_role("button", name="Materialize…").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_text("Partition selection").wait_for()
+    # The dialog offers the last 90 days first; a thirteen-month range needs them all.
+    dialog.get_by_role("button", name="Show all partitions").click()
+    selection = dialog.locator("input[type=text]").first
+    selection.fill(f"[{months[0].partition_key}...{months[-1].partition_key}]")
+    selection.press("Enter")
+    dialog.get_by_text("16 partitions").wait_for()
+    page.screenshot(path=str(SHOTS / "2-launch-dialog.png"))
+    dialog.get_by_role("button", name="Launch backfill").click()
+    page.get_by_text("Created backfill", exact=False).wait_for(timeout=30_000)
+
+    def finished():
+        [backfill] = graphql(port, BACKFILLS, {})["partitionBackfillsOrError"]["results"]
+        return backfill if backfill["status"].startswith("COMPLETED") else None
+
+    backfill = wait_for(finished, 300, "the backfill to finish", interval=2)
+    runs = graphql(port, RUNS, {"id": backfill["id"]})["runsOrError"]["results"]
+    assert [r["status"] for r in runs] == ["SUCCESS"]  # one run over the range, and it succeeded
+
+    _open(page, port, "/assets/monthly_tasks?view=partitions", "3-monthly-after.png")
+    dispatched = len(months) - len(beyond)
+    assert (_count(page, "Materialized"), _count(page, "Failed")) == (dispatched, 0)
+    # A month no scheduled run ever creates (it is past everywhere): the backfill made it.
+    past = reached[-3]
+    page.get_by_text(past.partition_key, exact=True).first.click()
+    page.get_by_text("outside_window", exact=True).wait_for()
+    page.screenshot(path=str(SHOTS / "4-a-past-partition.png"), full_page=True)
+    details = page.inner_text("body")
+    # Its own period's count (40 duties, one task each), not the run's total.
+    assert re.search(r"created\s+40\b", details), details[-1500:]
+    assert re.search(rf"period\s+{past.key}\b", details)
+    assert page.get_by_text("Materialized", exact=True).count() == 1  # the badge of the past partition
+    page.get_by_text(beyond[0].partition_key, exact=True).first.click()
+    page.wait_for_timeout(1500)
+    page.screenshot(path=str(SHOTS / "5-a-future-partition.png"), full_page=True)
+    assert page.get_by_text("Materialized", exact=True).count() == 0  # not green
+
+    _open(page, port, "/assets/scheduled_runs?view=partitions", "6-scheduled-runs-fresh-install.png")
+
+    def delivered():
+        page.reload()
+        page.get_by_text("Missing (", exact=False).wait_for(timeout=60_000)
+        return _count(page, "Materialized") > 0 and _count(page, "Missing") == 0
+
+    wait_for(delivered, 120, "the live sensor to deliver every hour since the install", interval=3)
+    page.screenshot(path=str(SHOTS / "7-scheduled-runs-delivered.png"), full_page=True)
+    assert _count(page, "Failed") == 0
