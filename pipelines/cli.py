@@ -171,14 +171,13 @@ def dev(args: argparse.Namespace) -> int:
         if stop["requested"]:
             return 0
         bin_dir = Path(sys.executable).parent
-        workspace = str(PROJECT_ROOT / "workspace.yaml")
+        location = ["-m", "pipelines.definitions"]  # the installed package's, from any directory
         # The webserver and the daemon as production runs them (`dagster dev` is superseded).
-        commands = [[str(bin_dir / "dagster-webserver"), "-w", workspace, "-h", args.host, "-p", str(args.port)],
-                    [str(bin_dir / "dagster-daemon"), "run", "-w", workspace],
+        commands = [[str(bin_dir / "dagster-webserver"), *location, "-h", args.host, "-p", str(args.port)],
+                    [str(bin_dir / "dagster-daemon"), "run", *location],
                     *[[str(bin_dir / "rota"), "worker"]] * args.workers]
         for command in commands:
-            children.append(subprocess.Popen(command, env=env, cwd=PROJECT_ROOT, preexec_fn=_reset_signals,
-                                             start_new_session=True))
+            children.append(subprocess.Popen(command, env=env, preexec_fn=_reset_signals, start_new_session=True))
         _say(f"database {database.url} (open a SQL prompt with: rota psql)")
         _say(f"Dagster UI and daemon starting on http://{args.host}:{args.port}, {args.workers} "
              "worker(s) claiming queued runs (Ctrl-C stops everything)")

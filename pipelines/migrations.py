@@ -1,11 +1,15 @@
 """Alembic, driven from code: `rota migrate` and the tests use the same two calls."""
 
+from importlib.resources import files
+from pathlib import Path
+
 from alembic import command
 from alembic.config import Config
 
-from resources.server import PROJECT_ROOT, driver_url
+from resources.server import driver_url
 
-SCRIPT_LOCATION = PROJECT_ROOT / "sql"
+# sql/ in the repository, shipped in the package as rota_sql.
+SCRIPT_LOCATION = Path(str(files("rota_sql")))
 
 
 def alembic_config(database_url: str) -> Config:

@@ -9,11 +9,12 @@ same on every supported PostgreSQL are written (PostgreSQL 18's named NOT NULL
 constraints are left out: nullability is already in `alembic check`), and nothing that
 names the role that ran the migrations."""
 
+from importlib.resources import files
 from pathlib import Path
 
 from sqlalchemy import Connection, text
 
-SNAPSHOT = Path(__file__).resolve().parent.parent / "sql" / "schema.snapshot"
+SNAPSHOT = Path(str(files("rota_sql"))) / "schema.snapshot"
 
 _SECTIONS = {
     "tables": """

