@@ -73,6 +73,9 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
         check_specs=[AssetCheckSpec(COMPLETENESS_CHECK, asset=name,
                                     description="every eligible duty has exactly one task per period")],
         group_name="dispatch",
+        # One dispatch run per frequency at a time where the instance limits pools (deploy/
+        # dagster.yaml): overlapping runs would be correct, but would only wait on each other.
+        pool=f"rota_dispatch_{frequency}",
         kinds={"postgres"},
         description=f"Tasks of {frequency} duties, one per duty and period, dispatched exactly once. "
                     f"Partition key: the first day of the period ({PARTITION_KEY_NOTE[frequency]}).",

@@ -205,8 +205,13 @@ def worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     modules = [m for m in (args.handlers or os.environ.get("ROTA_WORKER_HANDLERS", "")).split(",") if m]
     load_handler_modules(BUILTIN_HANDLER_MODULES + modules)
-    database = Database()
-    engine = create_engine(driver_url(database.url), pool_size=2, max_overflow=2, pool_pre_ping=True)
+    from resources.postgres import make_engine
+
+    try:
+        engine = make_engine(os.environ["ROTA_DATABASE_URL"], pool_size=2, max_overflow=2)
+    except migrations.SchemaNotAtHead as refused:
+        _say(f"rota worker refused to start: {refused}")
+        return 2
     settings = WorkerSettings(
         lease=timedelta(seconds=args.lease), poll_interval=args.poll,
         grace=timedelta(seconds=args.grace), backoff=timedelta(seconds=args.backoff),

@@ -3,9 +3,10 @@ from functools import lru_cache
 
 from dagster import ConfigurableResource, EnvVar
 from pydantic import Field
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, make_url
 
 from pipelines.dispatch import DEFAULT_WRITERS
+from pipelines.migrations import require_head
 from resources.server import driver_url
 
 
@@ -14,10 +15,26 @@ POOL_SIZE, POOL_OVERFLOW = 4, 4
 MAX_DISPATCH_WRITERS = POOL_SIZE + POOL_OVERFLOW - 1
 
 
+def make_engine(url: str, **pool) -> Engine:
+    """An engine on rota's database whose schema is at the migrations' head.
+
+    psycopg prepares no statement on the server (`prepare_threshold=None`): behind
+    PgBouncer in transaction mode consecutive transactions may land on different server
+    connections, where a prepared name is either missing or already taken."""
+    engine = create_engine(driver_url(url), pool_pre_ping=True, connect_args={"prepare_threshold": None}, **pool)
+    try:
+        with engine.connect() as connection:
+            require_head(connection, make_url(url).render_as_string(hide_password=True))
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
 @lru_cache(maxsize=None)
 def engine_for(url: str) -> Engine:
     """One pooled engine per URL and process, so runs and sensors reuse warm connections."""
-    return create_engine(driver_url(url), pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
+    return make_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
 
 
 class PostgresResource(ConfigurableResource):

@@ -98,14 +98,19 @@ def database_name(url: str) -> str:
 
 
 def ensure_database(url: str) -> bool:
-    """Create the database `url` names if it does not exist; True if it was created."""
+    """Create the database `url` names if it does not exist; True if it was created.
+
+    An existing database is found by connecting to it: rota never needs `CREATEDB` and
+    never touches the `postgres` database when the database is already there."""
+    try:
+        psycopg.connect(libpq_url(url), connect_timeout=10).close()
+        return False
+    except psycopg.errors.InvalidCatalogName:
+        pass
     name = database_name(url)
     with psycopg.connect(libpq_url(with_database(url, "postgres")), autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if exists:
-            return False
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        return True
+    return True
 
 
 def resolve_database_url(start: bool = True) -> str:
@@ -122,5 +127,6 @@ def resolve_database_url(start: bool = True) -> str:
 
 
 def dagster_database_url(rota_url: str) -> str:
-    """Dagster's instance storage: its own database on the same server."""
-    return with_database(rota_url, f"{database_name(rota_url)}_dagster")
+    """Dagster's instance storage: ROTA_DAGSTER_STORAGE_URL, or a database of its own on
+    rota's server named after rota's (`rota` -> `rota_dagster`)."""
+    return os.environ.get("ROTA_DAGSTER_STORAGE_URL") or with_database(rota_url, f"{database_name(rota_url)}_dagster")

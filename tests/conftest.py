@@ -17,7 +17,7 @@ import uuid  # noqa: E402
 import psycopg  # noqa: E402
 import pytest  # noqa: E402
 from psycopg import sql  # noqa: E402
-from sqlalchemy import create_engine  # noqa: E402
+from sqlalchemy import create_engine, make_url  # noqa: E402
 
 from pipelines import migrations  # noqa: E402
 from resources.server import (  # noqa: E402
@@ -31,57 +31,93 @@ from resources.server import (  # noqa: E402
 
 TEMPLATE = f"rota_test_template_{os.getpid()}"
 _counter = itertools.count()
+# On the embedded server the suite runs as this role, made the way README's "Your own
+# PostgreSQL" asks a DBA to: LOGIN and BYPASSRLS, nothing more. Only the harness's own
+# work (creating and dropping the test databases, one test's extra role) uses the superuser.
+EMBEDDED_ROLE = "rota_owner"
+
+
+class TestServer:
+    """The server the suite runs on: `rota_url` as rota's role (the privileges README lists
+    and no more), and `admin_url`, a superuser, or None when none was given.
+
+    `ROTA_DATABASE_URL` names rota's role and a database it may connect to; `ROTA_ADMIN_URL`
+    a superuser. Without an admin the harness creates the test databases as rota's role,
+    which then needs CREATEDB, and the tests that need a superuser skip, saying why."""
+
+    def __init__(self, rota_url: str, admin_url: str | None) -> None:
+        self.rota_url, self.admin_url = rota_url, admin_url
+        self.role = make_url(rota_url).username
+
+    def _connect(self):
+        return psycopg.connect(self.admin_url or self.rota_url, autocommit=True)
+
+    def url(self, name: str) -> str:
+        return with_database(self.rota_url, name)
+
+    def create(self, name: str, template: str | None = None) -> str:
+        statement = sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(self.role))
+        if template:
+            statement += sql.SQL(" TEMPLATE {} STRATEGY FILE_COPY").format(sql.Identifier(template))
+        with self._connect() as conn:
+            conn.execute(statement)
+        return self.url(name)
+
+    def drop(self, name: str) -> None:
+        with self._connect() as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+    def require_admin(self, why: str) -> str:
+        if not self.admin_url:
+            pytest.skip(f"{why} needs a superuser: set ROTA_ADMIN_URL")
+        return self.admin_url
+
+
+def _embedded_roles(admin_url: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        for role, attributes in ((EMBEDDED_ROLE, "LOGIN BYPASSRLS"),
+                                 ("rota_app", "LOGIN NOBYPASSRLS")):
+            if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                conn.execute(sql.SQL("CREATE ROLE {} " + attributes).format(sql.Identifier(role)))
 
 
 @pytest.fixture(scope="session")
-def server_url():
-    """A libpq URL of the test server's maintenance database."""
+def test_server():
     configured = os.environ.get("ROTA_DATABASE_URL")
     if configured:
-        yield with_database(libpq_url(configured), "postgres")
+        admin = os.environ.get("ROTA_ADMIN_URL")
+        yield TestServer(libpq_url(configured), libpq_url(admin) if admin else None)
         return
     datadir = ROTA_HOME_DEFAULT / "test" / "pgdata"
     datadir.parent.mkdir(parents=True, exist_ok=True)
-    yield start_embedded(datadir, database="postgres")
+    admin = start_embedded(datadir, database="postgres")
+    _embedded_roles(admin)
+    yield TestServer(make_url(admin).set(username=EMBEDDED_ROLE).render_as_string(hide_password=False), admin)
     stop_embedded(datadir)
 
 
-def _admin(server_url):
-    return psycopg.connect(server_url, autocommit=True)
-
-
 @pytest.fixture(scope="session")
-def template_url(server_url):
-    with _admin(server_url) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(TEMPLATE)))
-    url = with_database(server_url, TEMPLATE)
+def template_url(test_server):
+    test_server.drop(TEMPLATE)
+    url = test_server.create(TEMPLATE)
     migrations.upgrade(url)
     yield url
-    with _admin(server_url) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(TEMPLATE)))
+    test_server.drop(TEMPLATE)
 
 
 @pytest.fixture
-def fresh_database(server_url, template_url):
+def fresh_database(test_server, template_url):
     """Make a fresh migrated database; returns a factory so a test can have several."""
     made = []
 
     def make() -> str:
         name = f"rota_test_{os.getpid()}_{next(_counter)}"
-        with _admin(server_url) as conn:
-            conn.execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-                    sql.Identifier(name), sql.Identifier(TEMPLATE)
-                )
-            )
         made.append(name)
-        return with_database(server_url, name)
+        return test_server.create(name, template=TEMPLATE)
 
     yield make
-    with _admin(server_url) as conn:
-        for name in made:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    for name in made:
+        test_server.drop(name)
 
 
 @pytest.fixture

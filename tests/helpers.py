@@ -1,6 +1,7 @@
 """Shared test helpers: making duties, and proving that a run wrote nothing."""
 
 import multiprocessing
+import os
 import time
 import uuid
 
@@ -102,9 +103,10 @@ def rows_only(fingerprint: dict) -> dict:
 
 
 def tenant(database_url: str, workspace_id: uuid.UUID | None) -> psycopg.Connection:
-    """A tenant session: role rota_app, with rota.workspace_id set unless None."""
-    url = make_url(database_url).set(username="rota_app", password=None).render_as_string(hide_password=False)
-    conn = psycopg.connect(libpq_url(url), autocommit=True)
+    """A tenant session of its own (never pooled): role rota_app, whose password, if the
+    server asks for one, is ROTA_APP_PASSWORD; with rota.workspace_id set unless None."""
+    url = make_url(database_url).set(username="rota_app", password=os.environ.get("ROTA_APP_PASSWORD"))
+    conn = psycopg.connect(libpq_url(url.render_as_string(hide_password=False)), autocommit=True)
     if workspace_id is not None:
         conn.execute("SELECT set_config('rota.workspace_id', %s, false)", (str(workspace_id),))
     return conn

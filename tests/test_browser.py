@@ -38,9 +38,9 @@ def _months(first, count):
 
 
 @pytest.fixture
-def rota_dev(database_url, server_url, tmp_path):
+def rota_dev(database_url, test_server, tmp_path):
     """`rota dev` as installed: hourly dispatch schedules, so no scheduled run races the clicks."""
-    yield from start_rota_dev(database_url, server_url, tmp_path, {})
+    yield from start_rota_dev(database_url, test_server, tmp_path, {})
 
 
 @pytest.fixture

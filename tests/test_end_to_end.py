@@ -12,10 +12,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psutil
-import psycopg
 import pytest
 import requests
-from psycopg import sql
 from sqlalchemy import text
 
 from pipelines.periods import period_containing
@@ -87,13 +85,17 @@ def answers(port: int) -> bool:
 
 
 @pytest.fixture
-def rota_dev(database_url, server_url, tmp_path):
+def rota_dev(database_url, test_server, tmp_path):
     """`rota dev` on a fresh database, its dispatch schedules ticking every minute."""
-    yield from start_rota_dev(database_url, server_url, tmp_path, {"ROTA_DISPATCH_CRON": "* * * * *"})
+    yield from start_rota_dev(database_url, test_server, tmp_path, {"ROTA_DISPATCH_CRON": "* * * * *"})
 
 
-def start_rota_dev(database_url, server_url, tmp_path, settings):
+def start_rota_dev(database_url, test_server, tmp_path, settings):
+    """`rota dev` as rota's role on databases that exist, the way a DBA hands them over:
+    it must need no CREATEDB."""
     port = free_port()
+    storage = database_name(dagster_database_url(database_url))
+    test_server.create(storage)
     env = {**os.environ, "ROTA_DATABASE_URL": database_url, "ROTA_HOME": str(tmp_path / "home"), **settings}
     log = open(tmp_path / "rota-dev.log", "w")
     process = subprocess.Popen([str(Path(sys.executable).parent / "rota"), "dev", "--port", str(port)],
@@ -104,9 +106,7 @@ def start_rota_dev(database_url, server_url, tmp_path, settings):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         log.close()
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(database_name(dagster_database_url(database_url)))))
+        test_server.drop(storage)
 
 
 def test_rota_dev_backfills_through_graphql_and_the_daemon_ticks_a_schedule(engine, rota_dev):

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def installed(tmp_path_factory):
     """The wheel built from this checkout, installed without the editable link into a fresh
     virtualenv that borrows only the third-party packages of the test environment."""

@@ -16,7 +16,7 @@ from resources.server import ROTA_HOME_DEFAULT, driver_url
 from tests.helpers import add_duty, tenant
 
 
-def test_migrations_replay_from_empty_and_the_drift_check_is_clean(server_url, fresh_database):
+def test_migrations_replay_from_empty_and_the_drift_check_is_clean(fresh_database):
     url = fresh_database()
     engine = create_engine(driver_url(url))
     with engine.begin() as conn:  # an empty database, not the migrated template
@@ -222,7 +222,7 @@ def test_a_duty_with_tasks_cannot_be_deleted_moved_or_truncated_alone(database_u
         conn.execute(text("TRUNCATE task, duty"))
 
 
-def test_the_migrations_reproduce_the_schema_snapshot(server_url, fresh_database):
+def test_the_migrations_reproduce_the_schema_snapshot(fresh_database):
     """Triggers, policies, grants and named constraints, which `alembic check` cannot see.
     On a difference the actual snapshot is written beside the expected one, to compare
     and, if the change is meant, to copy over it."""

@@ -14,6 +14,7 @@ from pipelines.definitions import defs
 from pipelines.queue import enqueue_scheduled, register_job
 from pipelines.schema import task
 from resources.github import github_from_env
+from resources.server import with_database
 from tests.fake_github import FakeGitHub
 from tests.helpers import add_duty, database_fingerprint, rows_only, tenant
 
@@ -157,13 +158,16 @@ SECRET_PASSWORD = "s3cret-Pa55-" + uuid.uuid4().hex[:8]
 SECRET_TOKEN = "ghp_" + uuid.uuid4().hex
 
 
-def test_secrets_never_reach_logs_metadata_or_run_records(database_url, engine, monkeypatch, tmp_path, caplog):
+def test_secrets_never_reach_logs_metadata_or_run_records(database_url, engine, test_server, monkeypatch, tmp_path,
+                                                         caplog):
     """The database password and the GitHub token are given to rota the way production
     gives them (environment variables), then every run record, event, log line and
     metadata value Dagster stores is searched for them."""
+    admin = test_server.require_admin("creating a BYPASSRLS role with a password")
     role = f"rota_secret_{uuid.uuid4().hex[:8]}"  # roles are cluster-wide: never reuse one
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN BYPASSRLS PASSWORD '{SECRET_PASSWORD}'")
     with engine.begin() as conn:
-        conn.execute(text(f"CREATE ROLE {role} LOGIN BYPASSRLS PASSWORD '{SECRET_PASSWORD}'"))
         conn.execute(text(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}"))
         conn.execute(text(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}"))
     url = make_url(database_url).set(username=role, password=SECRET_PASSWORD)
@@ -200,6 +204,6 @@ def test_secrets_never_reach_logs_metadata_or_run_records(database_url, engine, 
         assert SECRET_TOKEN not in everything
     finally:
         instance.dispose()
-        with engine.begin() as conn:
-            conn.execute(text(f"DROP OWNED BY {role}"))
-            conn.execute(text(f"DROP ROLE {role}"))
+        with psycopg.connect(with_database(admin, make_url(database_url).database), autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")

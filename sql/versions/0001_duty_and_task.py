@@ -87,12 +87,15 @@ def upgrade() -> None:
         ),
     )
 
-    # Roles are cluster-wide: another database on the same server may have made it.
+    # Roles are cluster-wide: another database on the same server, or the DBA, may have
+    # made it. Looked up first, so a migrator without CREATEROLE can use a DBA's rota_app.
     op.execute(
         """
         DO $$
         BEGIN
-            CREATE ROLE rota_app LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+            IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'rota_app') THEN
+                CREATE ROLE rota_app LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE;
+            END IF;
         EXCEPTION WHEN duplicate_object THEN NULL;
         END $$
         """
