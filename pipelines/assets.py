@@ -108,11 +108,19 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
                             f"(every other duty was dispatched): {listed}",
                 metadata={"unplannable_duty_ids": sorted(report.unplannable)},
             )
-        beyond = []
+        # An hourly scheduled run covers every open period up to the largest lead: reporting
+        # each again would write millions of unchanged materialisations a year. It reports a
+        # period the first time it is dispatched and whenever it made tasks for it.
+        reported = context.instance.get_materialized_partitions(context.asset_key) if mode is Mode.SCHEDULED \
+            else set()
+        beyond, unchanged = [], 0
         for period in requested:
             counts = report.for_period(period.key)
             if not dispatched(counts):
                 beyond.append(period.key)
+                continue
+            if counts["created"] == 0 and period.partition_key in reported:
+                unchanged += 1
                 continue
             yield AssetMaterialization(
                 asset_key=context.asset_key, partition=period.partition_key,
@@ -121,6 +129,8 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
         if beyond:
             context.log.info("not dispatched, beyond what a scheduled run as of %s creates: %s",
                              as_of.isoformat(), ", ".join(beyond))
+        if unchanged:
+            context.log.info("%d periods dispatched before and unchanged by this run: not reported again", unchanged)
         yield AssetCheckResult(
             check_name=COMPLETENESS_CHECK,
             passed=not gaps.count,

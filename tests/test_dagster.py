@@ -142,7 +142,7 @@ def test_an_unplannable_duty_fails_the_run_by_id_after_the_rest_is_written(engin
     assert keys_by_duty(engine) == {good: ["2026-08"]}
 
 
-def scheduled_run(frequency, tick):
+def scheduled_run(frequency, tick, instance=None):
     schedule = defs.resolve_schedule_def(f"{frequency}_tasks_schedule")
     with build_schedule_context(scheduled_execution_time=tick, resources=defs.resources) as context:
         requests = schedule.evaluate_tick(context).run_requests
@@ -150,7 +150,7 @@ def scheduled_run(frequency, tick):
     request = requests[0]
     result = materialize(
         [defs.resolve_assets_def(f"{frequency}_tasks")],
-        instance=DagsterInstance.ephemeral(),
+        instance=instance or DagsterInstance.ephemeral(),
         tags={**request.tags, SCHEDULE_NAME_TAG: schedule.name},
         run_config=request.run_config,
     )
@@ -168,6 +168,23 @@ def test_a_schedule_tick_is_one_scheduled_run_as_of_the_tick(engine):
     assert metadata(result, "monthly_tasks")["mode"] == "scheduled"
     assert metadata(result, "monthly_tasks")["as_of"] == tick.isoformat()
     assert keys_by_duty(engine) == {shanghai: ["2026-09"], los_angeles: ["2026-08", "2026-09"]}
+
+
+def test_an_hourly_run_reports_only_periods_it_changed_or_never_reported(engine):
+    """The event log grows with new work, not with hours: a scheduled run over a year of
+    open daily periods reports each once, then only the ones it made tasks for."""
+    add_duty(engine, frequency="daily", timezone="UTC", lead_days=300)
+    instance = DagsterInstance.ephemeral()
+    tick = parse_instant("2026-08-31T09:00:00Z")
+    _, first = scheduled_run("daily", tick, instance)
+    assert len(by_partition(first, "daily_tasks")) == 302  # 2026-08-30 is still open west of UTC
+    _, unchanged = scheduled_run("daily", tick + timedelta(minutes=20), instance)
+    assert by_partition(unchanged, "daily_tasks") == {}
+    add_duty(engine, frequency="daily", timezone="UTC", lead_days=2)
+    _, changed = scheduled_run("daily", tick + timedelta(minutes=40), instance)
+    assert sorted(by_partition(changed, "daily_tasks")) == ["2026-08-31", "2026-09-01", "2026-09-02"]
+    assert instance.get_materialized_partitions(defs.resolve_assets_def("daily_tasks").key) == set(
+        by_partition(first, "daily_tasks"))
 
 
 def test_a_scheduled_run_fills_no_gap_where_a_backfill_would(engine):
