@@ -1,6 +1,7 @@
 """The dispatcher against a real PostgreSQL: idempotence, races, paging, the
 never-touch-a-task guarantee and last_dispatched_period."""
 
+import logging
 import threading
 from datetime import date, timedelta
 
@@ -177,9 +178,11 @@ def test_the_dispatcher_never_updates_or_deletes_a_task(engine):
     assert after[: len(before)] == before
 
 
-def test_the_dispatcher_never_touches_a_task_a_racing_writer_just_made(engine):
+def test_the_dispatcher_never_touches_a_task_a_racing_writer_just_made(engine, caplog):
     """The conflict path itself: the row is invisible to the dispatcher's snapshot, so its
-    insert waits on the unique index and then meets the identity conflict."""
+    plain insert waits on the unique index, meets task_dispatch_identity, and the page is
+    written again with ON CONFLICT DO NOTHING; the caller sees no error."""
+    caplog.set_level(logging.INFO, logger="pipelines.dispatch")
     duty_id = add_duty(engine)
     outcome = {}
     with engine.connect() as racer:
@@ -202,6 +205,7 @@ def test_the_dispatcher_never_touches_a_task_a_racing_writer_just_made(engine):
         thread.join(timeout=30)
     assert "error" not in outcome, outcome.get("error")
     assert outcome["report"].total("existing") == 1 and outcome["report"].total("created") == 0
+    assert "a racing writer made some of this page's tasks first" in caplog.text
     with engine.connect() as conn:
         assert conn.execute(text("SELECT xmin::text, updated_at FROM task")).one() == written
         assert conn.execute(text("SELECT status FROM task")).scalar_one() == "done"
