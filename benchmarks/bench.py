@@ -2,15 +2,18 @@
 same run, median of at least three repetitions. Builds its own data in databases of
 its own on the embedded PostgreSQL (or ROTA_DATABASE_URL's server)."""
 
+import glob
 import multiprocessing
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -23,9 +26,9 @@ from pipelines import migrations
 from pipelines.dispatch import DEFAULT_PAGE_SIZE, dispatch, read_pages
 from pipelines.periods import open_range, period_containing, periods_between
 from pipelines.planner import Mode, plan
-from pipelines.queue import enqueue_scheduled_many, register_job
+from pipelines.queue import enqueue_scheduled, enqueue_scheduled_many, register_job
 from pipelines.schema import FREQUENCIES
-from resources.server import PROJECT_ROOT, driver_url, libpq_url, resolve_database_url, with_database
+from resources.server import PROJECT_ROOT, driver_url, libpq_url, resolve_database_url, rota_home, with_database
 
 AS_OF = datetime(2026, 12, 2, 12, tzinfo=timezone.utc)
 COPY_TASK = ("COPY task_copy (duty_id, period_key, workspace_id, period_start, due_date, visible_from) "
@@ -160,6 +163,76 @@ def case_dispatch(engine: Engine, repeat: int) -> list[Case]:
              note="baseline: the COPY plus one UPDATE of last_dispatched_period"),
         Case("dispatch_noop", noop, copy_time, noop / copy_time, "<= 0.5", noop / copy_time <= 0.5 and unchanged,
              note="zero writes" if unchanged else "WROTE SOMETHING"),
+    ]
+
+
+def _wal_position(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")).scalar_one()
+
+
+def _add_history_day(engine: Engine, day: date) -> None:
+    """One day's tasks for every duty, inserted as that night's dispatch inserts them."""
+    key = day.isoformat()
+    with engine.begin() as conn:
+        conn.execute(text("SELECT rota_ensure_task_partitions(ARRAY[CAST(:k AS text)])"), {"k": key})
+        conn.execute(text(
+            "INSERT INTO task (duty_id, workspace_id, period_key, period_start, due_date, visible_from, "
+            "created_at, updated_at) SELECT id, workspace_id, :k, :d, :d, :d, :d, :d FROM duty ORDER BY id"),
+            {"k": key, "d": day})
+        conn.execute(text("UPDATE duty SET last_dispatched_period = :k"), {"k": key})
+
+
+def _night(engine: Engine, night: date) -> tuple[float, int, int]:
+    """The scheduled daily dispatch at 00:05 UTC of `night`, after a checkpoint (so every
+    page it touches first pays its full-page image, as a night does): seconds, WAL
+    bytes, tasks made."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("CHECKPOINT"))
+    as_of = datetime(night.year, night.month, night.day, 0, 5, tzinfo=timezone.utc)
+    wal = _wal_position(engine)
+    started = time.perf_counter()
+    report = dispatch(engine, frequency="daily", mode=Mode.SCHEDULED, as_of=as_of,
+                      requested=periods_between(*open_range("daily", as_of, 30)))
+    elapsed = time.perf_counter() - started
+    return elapsed, _wal_position(engine) - wal, report.total("created")
+
+
+def case_dispatch_after_a_year(server_url: str, duties: int, history_days: int, repeat: int) -> list[Case]:
+    """The night after `history_days` days of history against the same night after one.
+    The nights are the last days of a partition's range (7, 8 and more days of daily
+    tasks already in the hot partition), the worst place for the layout."""
+    url = fresh_database(server_url, "rota_bench_year")
+    engine = create_engine(driver_url(url))
+    load_duties(engine, duties, frequencies=[("daily", 1)], max_lead=0, zones=["UTC"])
+    nights = [date(2026, 12, 8) - timedelta(days=repeat - 1 - n) for n in range(repeat)]
+    one_day = []
+    for night in nights:
+        reset_dispatch(engine)
+        _add_history_day(engine, night - timedelta(days=1))
+        one_day.append(_night(engine, night))
+    reset_dispatch(engine)
+    started = time.perf_counter()
+    for n in range(history_days, 0, -1):
+        _add_history_day(engine, nights[0] - timedelta(days=n))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM (ANALYZE) task"))
+        size = conn.execute(text(
+            "SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = 'task'::regclass"
+        )).scalar_one()
+    built = time.perf_counter() - started
+    year = [_night(engine, night) for night in nights]
+    if any(made != duties for *_, made in one_day + year):
+        raise RuntimeError(f"a night made {[made for *_, made in one_day + year]} tasks, not {duties:,}")
+    time_short, wal_short = (statistics.median(x[i] for x in one_day) for i in (0, 1))
+    time_long, wal_long = (statistics.median(x[i] for x in year) for i in (0, 1))
+    history = f"{duties:,} daily duties, {history_days} days of history ({size / 2**30:.1f} GB, built in {built:.0f} s)"
+    return [
+        Case("dispatch_after_a_year", time_long, time_short, time_long / time_short, "<= 1.2",
+             time_long / time_short <= 1.2,
+             note=f"{history}; {1e6 * time_long / duties:.1f} against {1e6 * time_short / duties:.1f} us a task"),
+        Case("wal_after_a_year", wal_long / 2**20, wal_short / 2**20, wal_long / wal_short, "<= 1.5",
+             wal_long / wal_short <= 1.5, unit="MB", note="WAL of the night, by pg_current_wal_lsn()"),
     ]
 
 
@@ -301,77 +374,168 @@ def case_enqueue_race(url: str, repeat: int) -> list[Case]:
                  note=f"rows {sorted(rows)}")]
 
 
-def _drain_rota(url: str, runs: int) -> float:
-    engine = create_engine(driver_url(url))
-    with engine.begin() as conn:
-        conn.execute(text("TRUNCATE job_queue, job RESTART IDENTITY CASCADE"))
-    job_id = register_job(engine, "noop")
-    due = datetime.now(timezone.utc) - timedelta(days=1)
-    enqueue_scheduled_many(engine, [(job_id, due - timedelta(minutes=n)) for n in range(runs)])
-    env = {**os.environ, "ROTA_DATABASE_URL": url}
-    rota = str(Path(sys.executable).parent / "rota")
-    started = time.perf_counter()
-    workers = [subprocess.Popen([rota, "worker", "--poll", "0.05"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(4)]
-    try:
-        while True:
-            with engine.connect() as conn:
-                if not conn.execute(text("SELECT EXISTS (SELECT 1 FROM job_queue WHERE state <> 'succeeded')")).scalar():
-                    break
-            time.sleep(0.05)
-        elapsed = time.perf_counter() - started
-    finally:
-        for worker in workers:
-            worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            worker.wait(timeout=60)
-    engine.dispose()
-    return elapsed
+# The other queues, each pinned and installed into a virtualenv of the benchmark's own
+# (Oban for Python needs 3.12 or later).
+BASELINES = ["pgqueuer==1.6.0", "oban==0.7.0", "procrastinate>=3,<4"]
+BASELINE_QUEUES = ("procrastinate", "pgqueuer", "oban")
+_PENDING = {
+    "rota": "SELECT count(*) FROM job_queue WHERE state <> 'succeeded'",
+    "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'",
+    "pgqueuer": "SELECT count(*) FROM pgqueuer",
+    "oban": "SELECT count(*) FROM oban_jobs WHERE state <> 'completed'",
+}
+_EMPTY = {
+    "rota": "TRUNCATE job_queue, job RESTART IDENTITY CASCADE",
+    "procrastinate": "TRUNCATE procrastinate_jobs CASCADE",
+    "pgqueuer": "TRUNCATE pgqueuer, pgqueuer_log",
+    "oban": "TRUNCATE oban_jobs",
+}
+LATENCY_RATE = 100.0
 
 
-def _ensure_procrastinate() -> None:
-    try:
-        import procrastinate  # noqa: F401
-    except ImportError:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "procrastinate>=3,<4"], check=True)
+def _baseline_python() -> str:
+    """The Python of the baselines' virtualenv, made on first use (ROTA_BENCH_PYTHON names
+    the interpreter to make it with, else the newest python3.1x found)."""
+    venv = rota_home() / "bench-baselines"
+    python = venv / "bin" / "python"
+    if python.exists():
+        return str(python)
+    candidates = [os.environ.get("ROTA_BENCH_PYTHON")]
+    candidates += [shutil.which(f"python3.{minor}") for minor in (14, 13, 12)]
+    candidates += sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.1[2-9]*/bin/python")), reverse=True)
+    for candidate in filter(None, candidates):
+        version = subprocess.run([candidate, "-c", "import sys; print(sys.version_info >= (3, 12))"],
+                                 capture_output=True, text=True)
+        if version.stdout.strip() == "True":
+            subprocess.run([candidate, "-m", "venv", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *BASELINES], check=True)
+            return str(python)
+    raise RuntimeError("the queue baselines need Python 3.12 or later (oban does): set ROTA_BENCH_PYTHON")
 
 
-def _drain_procrastinate(conninfo: str, runs: int) -> float:
-    env = {**os.environ, "BENCH_CONNINFO": conninfo, "PYTHONPATH": str(PROJECT_ROOT)}
-    script = (
-        "from benchmarks.procrastinate_app import app, noop\n"
-        "with app.open():\n"
-        f"    noop.batch_defer(*[{{}}] * {runs})\n"
-    )
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute("TRUNCATE procrastinate_jobs CASCADE")
-    subprocess.run([sys.executable, "-c", script], env=env, check=True)
-    procrastinate = str(Path(sys.executable).parent / "procrastinate")
-    started = time.perf_counter()
-    workers = [subprocess.Popen([procrastinate, "--app", "benchmarks.procrastinate_app.app", "worker",
-                                 "--concurrency", "1", "--one-shot"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(4)]
-    for worker in workers:
-        worker.wait(timeout=3600)
-    elapsed = time.perf_counter() - started
+def _baseline(python: str, queue: str, *args: str, conninfo: str, env: dict | None = None,
+              wait: bool = True) -> subprocess.Popen:
+    command = {
+        ("procrastinate", "work"): [str(Path(python).parent / "procrastinate"), "--app",
+                                    "benchmarks.procrastinate_app.app", "worker", "--concurrency", "1"],
+    }.get((queue, args[0]), [python, "-m", "benchmarks.queue_baselines", queue, *args])
+    environment = {**os.environ, **(env or {}), "BENCH_CONNINFO": conninfo, "PYTHONPATH": str(PROJECT_ROOT)}
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL,
+                               stderr=None if wait else subprocess.DEVNULL)
+    if wait and process.wait(timeout=3600):
+        raise RuntimeError(f"{queue} {' '.join(args)} failed")
+    return process
+
+
+def _pending(conninfo: str, queue: str) -> int:
     with psycopg.connect(conninfo) as conn:
-        left = conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'").fetchone()[0]
-    if left:
-        raise RuntimeError(f"procrastinate left {left} jobs undone")
-    return elapsed
+        return conn.execute(_PENDING[queue]).fetchone()[0]
+
+
+def _workers(queue: str, conninfo: str, python: str, url: str, env: dict | None = None) -> list[subprocess.Popen]:
+    """Four workers of `queue`, idle until runs come."""
+    if queue != "rota":
+        return [_baseline(python, queue, "work", conninfo=conninfo, env=env, wait=False) for _ in range(4)]
+    rota = str(Path(sys.executable).parent / "rota")
+    environment = {**os.environ, **(env or {}), "ROTA_DATABASE_URL": url, "PYTHONPATH": str(PROJECT_ROOT)}
+    return [subprocess.Popen([rota, "worker", "--handlers", "benchmarks.rota_latency"], env=environment,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(4)]
+
+
+def _until_done(queue: str, conninfo: str, workers: list[subprocess.Popen]) -> None:
+    while _pending(conninfo, queue):
+        if any(worker.poll() is not None for worker in workers):
+            raise RuntimeError(f"a {queue} worker exited with work left")
+        time.sleep(0.05)
+
+
+def _stop(workers: list[subprocess.Popen]) -> None:
+    for worker in workers:
+        worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            worker.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+
+def _empty(conninfo: str, queue: str) -> None:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(_EMPTY[queue])
+
+
+def _drain(queue: str, url: str, python: str, runs: int) -> float:
+    """Seconds four workers take to run `runs` no-op runs, queued before they start."""
+    conninfo = libpq_url(url)
+    _empty(conninfo, queue)
+    if queue == "rota":
+        engine = create_engine(driver_url(url))
+        job_id = register_job(engine, "noop")
+        due = datetime.now(timezone.utc) - timedelta(days=1)
+        enqueue_scheduled_many(engine, [(job_id, due - timedelta(minutes=n)) for n in range(runs)])
+        engine.dispose()
+    else:
+        _baseline(python, queue, "enqueue", str(runs), conninfo=conninfo)
+    started = time.perf_counter()
+    workers = _workers(queue, conninfo, python, url)
+    try:
+        _until_done(queue, conninfo, workers)
+        return time.perf_counter() - started
+    finally:
+        _stop(workers)
+
+
+def _latency(queue: str, url: str, python: str, runs: int) -> tuple[float, float]:
+    """p50 and p99 of the seconds from a run falling due to its handler starting, with
+    runs queued one at a time at LATENCY_RATE a second to four idle workers."""
+    conninfo = libpq_url(url)
+    _empty(conninfo, queue)
+    with tempfile.TemporaryDirectory() as measured:
+        workers = _workers(queue, conninfo, python, url, env={"BENCH_LATENCY_DIR": measured})
+        try:
+            time.sleep(5)  # connected and idle
+            if queue == "rota":
+                engine = create_engine(driver_url(url))
+                job_id = register_job(engine, "bench_latency")
+                started = time.monotonic()
+                for n in range(runs):
+                    time.sleep(max(0.0, started + n / LATENCY_RATE - time.monotonic()))
+                    enqueue_scheduled(engine, job_id, datetime.now(timezone.utc))
+                engine.dispose()
+            else:
+                _baseline(python, queue, "produce", str(runs), str(LATENCY_RATE), conninfo=conninfo)
+            _until_done(queue, conninfo, workers)
+        finally:
+            _stop(workers)
+        latencies = sorted(float(line) for f in Path(measured).iterdir() for line in f.read_text().split())
+    if len(latencies) != runs:
+        raise RuntimeError(f"{queue}: {len(latencies)} of {runs} runs measured")
+    return latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
 
 
 def case_queue_throughput(server_url: str, runs: int, repeat: int) -> list[Case]:
-    _ensure_procrastinate()
+    python = _baseline_python()
     url = fresh_database(server_url, "rota_bench_queue")
     conninfo = libpq_url(url)
-    env = {**os.environ, "BENCH_CONNINFO": conninfo, "PYTHONPATH": str(PROJECT_ROOT)}
-    subprocess.run([sys.executable, "-c", "from benchmarks.procrastinate_app import app\n"
-                    "with app.open():\n    app.schema_manager.apply_schema()"], env=env, check=True)
-    ours = statistics.median(_drain_rota(url, runs) for _ in range(repeat))
-    theirs = statistics.median(_drain_procrastinate(conninfo, runs) for _ in range(repeat))
-    return [Case("queue_throughput", ours, theirs, ours / theirs, "<= 1", ours <= theirs,
-                 note=f"{runs:,} no-op runs, four workers each; baseline procrastinate")]
+    for queue in BASELINE_QUEUES:
+        _baseline(python, queue, "install", conninfo=conninfo)
+    drained = {queue: statistics.median(_drain(queue, url, python, runs) for _ in range(repeat))
+               for queue in ("rota", *BASELINE_QUEUES)}
+    fastest = min(BASELINE_QUEUES, key=drained.get)
+    others = ", ".join(f"{queue} {drained[queue]:.1f} s" for queue in BASELINE_QUEUES)
+    cases = [Case("queue_throughput", drained["rota"], drained[fastest], drained["rota"] / drained[fastest],
+                  "<= 1", drained["rota"] <= drained[fastest],
+                  note=f"{runs:,} no-op runs, four workers each; baseline {fastest} (of {others})")]
+    light = int(LATENCY_RATE * 20)
+    latency = {queue: _latency(queue, url, python, light) for queue in ("rota", *BASELINE_QUEUES)}
+    for index, name in ((0, "p50"), (1, "p99")):
+        best = min(BASELINE_QUEUES, key=lambda queue: latency[queue][index])
+        ours, theirs = latency["rota"][index] * 1000, latency[best][index] * 1000
+        others = ", ".join(f"{queue} {latency[queue][index] * 1000:.1f}" for queue in BASELINE_QUEUES)
+        cases.append(Case(f"queue_latency_{name}", ours, theirs, ours / theirs, "<= 1", ours <= theirs, unit="ms",
+                          note=f"run_at to start, {light:,} runs at {LATENCY_RATE:.0f}/s; baseline {best} "
+                               f"(of {others} ms)"))
+    return cases
 
 
 def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
@@ -404,7 +568,8 @@ def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
 
 
 def main(duties: int = 1_000_000, backfill_duties: int = 100_000, queue_runs: int = 100_000,
-         repeat: int = 3, planner_sample: int = 100_000, only: list[str] | None = None) -> int:
+         repeat: int = 3, planner_sample: int = 100_000, only: list[str] | None = None,
+         history_days: int = 365, year_duties: int = 100_000) -> int:
     sys.path.insert(0, str(PROJECT_ROOT))
     server = resolve_database_url()
     print(f"rota bench: {duties:,} duties, {backfill_duties:,} for the backfill, {queue_runs:,} queue runs, "
@@ -416,6 +581,7 @@ def main(duties: int = 1_000_000, backfill_duties: int = 100_000, queue_runs: in
     cases: list[Case] = []
     steps = [
         ("dispatch", lambda: case_dispatch(engine, repeat)),
+        ("year", lambda: case_dispatch_after_a_year(server, year_duties, history_days, repeat)),
         ("backfill", lambda: case_backfill(server, backfill_duties, repeat)),
         ("planner", lambda: case_planner(engine, repeat, planner_sample)),
         ("memory", lambda: case_memory(url)),

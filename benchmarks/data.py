@@ -18,7 +18,8 @@ BENCH_ZONES = [
 MIX = [("daily", 10), ("weekly", 20), ("monthly", 40), ("quarterly", 15), ("yearly", 15)]
 
 
-def load_duties(engine: Engine, count: int, frequencies: list[tuple[str, int]] = MIX, max_lead: int = 30) -> None:
+def load_duties(engine: Engine, count: int, frequencies: list[tuple[str, int]] = MIX, max_lead: int = 30,
+                zones: list[str] = BENCH_ZONES) -> None:
     """`count` active recurring duties over the benchmark zones, leads 0..max_lead."""
     buckets = []
     for frequency, weight in frequencies:
@@ -34,7 +35,7 @@ def load_duties(engine: Engine, count: int, frequencies: list[tuple[str, int]] =
                    (n * 31337) % (CAST(:max_lead AS int) + 1), 'active'
             FROM generate_series(1::bigint, :count) AS n
             """
-        ), {"buckets": buckets, "zones": BENCH_ZONES, "max_lead": max_lead, "count": count})
+        ), {"buckets": buckets, "zones": zones, "max_lead": max_lead, "count": count})
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM (ANALYZE) duty"))
 

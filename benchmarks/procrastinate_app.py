@@ -1,12 +1,14 @@
-"""The baseline queue for `queue_throughput`: procrastinate with a no-op task."""
+"""The procrastinate baseline of `rota bench`: a no-op task (see queue_baselines)."""
 
 import os
 
 import procrastinate
 
+from benchmarks.queue_baselines import record
+
 app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=os.environ.get("BENCH_CONNINFO", "")))
 
 
 @app.task(name="noop")
-def noop() -> None:
-    return None
+def noop(due: float | None = None) -> None:
+    record(due)

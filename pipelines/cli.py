@@ -213,7 +213,7 @@ def worker(args: argparse.Namespace) -> int:
         _say(f"rota worker refused to start: {refused}")
         return 2
     settings = WorkerSettings(
-        lease=timedelta(seconds=args.lease), poll_interval=args.poll,
+        lease=timedelta(seconds=args.lease), poll_interval=args.poll, listen=args.listen,
         grace=timedelta(seconds=args.grace), backoff=timedelta(seconds=args.backoff),
     )
     process = Worker(engine, settings)
@@ -254,7 +254,8 @@ def bench(args: argparse.Namespace) -> int:
     from benchmarks.bench import main as run_benchmarks
 
     return run_benchmarks(duties=args.duties, backfill_duties=args.backfill_duties, queue_runs=args.queue_runs,
-                          repeat=args.repeat, only=args.only.split(",") if args.only else None)
+                          repeat=args.repeat, only=args.only.split(",") if args.only else None,
+                          history_days=args.history_days, year_duties=args.year_duties)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     worker_parser.add_argument("--lease", type=float, default=30.0, help="lease length in seconds")
     worker_parser.add_argument("--grace", type=float, default=20.0, help="seconds to finish after SIGTERM")
     worker_parser.add_argument("--poll", type=float, default=0.5, help="seconds between empty polls")
+    worker_parser.add_argument("--no-listen", dest="listen", action="store_false",
+                               help="poll only; do not LISTEN for queued runs")
     worker_parser.add_argument("--backoff", type=float, default=5.0, help="first retry delay in seconds")
     worker_parser.set_defaults(run=worker)
     bench_parser = commands.add_parser("bench", help="run the benchmarks (minutes; never in CI)")
@@ -281,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     bench_parser.add_argument("--backfill-duties", type=int, default=100_000)
     bench_parser.add_argument("--queue-runs", type=int, default=100_000)
     bench_parser.add_argument("--repeat", type=int, default=3)
-    bench_parser.add_argument("--only", help="comma-separated: dispatch,backfill,planner,memory,enqueue,queue,dagster")
+    bench_parser.add_argument("--history-days", type=int, default=365, help="history before the night of `year`")
+    bench_parser.add_argument("--year-duties", type=int, default=100_000, help="daily duties of `year`")
+    bench_parser.add_argument("--only",
+                              help="comma-separated: dispatch,year,backfill,planner,memory,enqueue,queue,dagster")
     bench_parser.set_defaults(run=bench)
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "psql":

@@ -28,6 +28,8 @@ _ELIGIBLE = """
     d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active' AND z.today IS NOT NULL
 """
 
+# Each probe of task also names the run's keys as constants, which prune it to the
+# partitions that can hold them (joined on period_key alone, every partition is probed).
 _SCHEDULED_GAPS = f"""
     SELECT d.id, c.period_key, count(*) OVER ()
     FROM duty d
@@ -43,7 +45,8 @@ _SCHEDULED_GAPS = f"""
       AND (d.effective_from IS NULL OR d.effective_from <= c.due_date)
       AND (d.effective_to IS NULL OR c.due_date <= d.effective_to)
       AND c.period_key BETWEEN %(first_key)s AND %(last_key)s
-      AND NOT EXISTS (SELECT 1 FROM task t WHERE t.duty_id = d.id AND t.period_key = c.period_key)
+      AND NOT EXISTS (SELECT 1 FROM task t WHERE t.duty_id = d.id AND t.period_key = c.period_key
+                      AND t.period_key BETWEEN %(first_key)s AND %(last_key)s)
     ORDER BY d.id
     LIMIT {SHOWN}
 """
@@ -58,7 +61,8 @@ _BACKFILL_GAPS = f"""
       AND (d.effective_from IS NULL OR d.effective_from <= p.due_date)
       AND (d.effective_to IS NULL OR p.due_date <= d.effective_to)
       AND (p.period_start <= z.today OR p.due_date - d.lead_days <= z.today)
-      AND NOT EXISTS (SELECT 1 FROM task t WHERE t.duty_id = d.id AND t.period_key = p.period_key)
+      AND NOT EXISTS (SELECT 1 FROM task t WHERE t.duty_id = d.id AND t.period_key = p.period_key
+                      AND t.period_key = ANY(%(keys)s))
     ORDER BY d.id, p.period_key
     LIMIT {SHOWN}
 """

@@ -21,7 +21,7 @@ from psycopg import errors as pg_errors
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from pipelines.periods import Period, local_dates
+from pipelines.periods import Period, following, local_dates
 from pipelines.planner import DutyRow, Mode, Plan, plan
 
 log = logging.getLogger(__name__)
@@ -97,10 +97,12 @@ _UNITS = {"daily": ("day", "1 day", "YYYY-MM-DD"), "weekly": ("week", "1 week", 
 # rows of each (timezone, lead_days) group, and one slice of them per duty. SQL expands
 # them into task rows, so no task row is built, sent or bound in Python (shared/PERF.md:
 # binding rows costs more than inserting them). The tables live as long as the pooled
-# connection and are emptied at every commit.
+# connection and are emptied at every commit. period_key is compared in task's collation:
+# in any other, the anti-join cannot use task_dispatch_identity's second column or prune
+# task's partitions, and probes every partition for all of a duty's tasks.
 _OFFERED_TABLES = (
     """CREATE TEMPORARY TABLE IF NOT EXISTS offered_period (
-        period_group int, period_index int, period_key text,
+        period_group int, period_index int, period_key text COLLATE "C",
         period_start date, due_date date, visible_from date, span_from text, span_through text
     ) ON COMMIT DELETE ROWS""",
     """CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
@@ -138,7 +140,8 @@ _OFFERED = """
 """
 
 # Rows that already exist are filtered out inside the INSERT, so they consume no identity
-# value. The happy path is a plain INSERT (PERF.md: 7.1 against 10.7 us a row with ON
+# value. The page's keys, as a constant, prune the anti-join to the partitions that can
+# hold them: joined on period_key alone, the planner probes every partition of task. The happy path is a plain INSERT (PERF.md: 7.1 against 10.7 us a row with ON
 # CONFLICT); a racing writer is the only way its anti-join can miss a row, and then
 # task_dispatch_identity refuses it, the page's transaction rolls back and is written
 # again with ON CONFLICT ON CONSTRAINT task_dispatch_identity DO NOTHING. `last_dispatched_period` moves in the same statement as the tasks that
@@ -154,7 +157,8 @@ _WRITE_OFFERED = """
         SELECT o.duty_id, o.period_key, o.workspace_id, o.period_start, o.due_date, o.visible_from
         FROM offered o
         WHERE NOT EXISTS (
-            SELECT 1 FROM task t WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key
+            SELECT 1 FROM task t
+            WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key AND t.period_key = ANY(%(keys)s)
         )
         ORDER BY o.duty_id, o.period_key
         {on_conflict}
@@ -185,9 +189,15 @@ _WRITE_OFFERED = """
     UNION ALL
     SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key
 """
+# A partition's share of task_dispatch_identity is named after it (migration 0009), and a
+# duplicate is reported under the partition's name.
+IDENTITY = "task_dispatch_identity"
+# The page's partitions exist before its insert routes rows to them; the function takes
+# an advisory lock only when one is missing (the first night of a range, a backfill).
+_ENSURE_PARTITIONS = "SELECT rota_ensure_task_partitions(%s::text[])"
 _INSERT_NEW = _WRITE_OFFERED.format(offered=_OFFERED, on_conflict="")
 _INSERT_RACING = _WRITE_OFFERED.format(offered=_OFFERED,
-                                       on_conflict="ON CONFLICT ON CONSTRAINT task_dispatch_identity DO NOTHING")
+                                       on_conflict=f"ON CONFLICT ON CONSTRAINT {IDENTITY} DO NOTHING")
 
 
 class DatabaseWentAway(RuntimeError):
@@ -271,15 +281,20 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
     if not page_plan.slices:
         return PageWritten({}, {}, 0)
 
+    used = _used_periods(page_plan)
+    keys = sorted({page_plan.groups[group][index][0]
+                   for group, (first, last) in used.items() for index in range(first, last + 1)})
+
     def work(write: str) -> list[tuple]:
         with engine.begin() as conn:
             cursor = conn.connection.driver_connection.cursor()
             cursor.execute(_PAGE_WORK_MEM)
+            cursor.execute(_ENSURE_PARTITIONS, [keys])
             for statement in _OFFERED_TABLES:
                 cursor.execute(statement)
             with cursor.copy(_COPY_PERIODS) as copy:
                 copy.set_types(_PERIOD_TYPES)
-                for group, (first, last) in _used_periods(page_plan).items():
+                for group, (first, last) in used.items():
                     periods, span = page_plan.groups[group], page_plan.spans[group] or (None, None)
                     for index in range(first, last + 1):
                         copy.write_row((group, index, *periods[index], *span))
@@ -289,18 +304,26 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
                     copy.write_row(row)
             # The page's frequency and id range let the duty lookups use duty_dispatch_scan_idx.
             bounds = {"frequency": frequency, "first_id": page_plan.slices[0].duty_id,
-                      "last_id": page_plan.slices[-1].duty_id}
+                      "last_id": page_plan.slices[-1].duty_id, "keys": keys}
             return cursor.execute(write, bounds).fetchall()
 
     try:
         rows, retried = _retrying_deadlocks(lambda: work(_INSERT_NEW))
     except pg_errors.UniqueViolation as error:  # the page's own cursor is psycopg's, unwrapped
-        if error.diag.constraint_name != "task_dispatch_identity":
+        if not (error.diag.constraint_name or "").startswith(IDENTITY):
             raise
         log.info("a racing writer made some of this page's tasks first; writing the page again around them")
         rows, retried = _retrying_deadlocks(lambda: work(_INSERT_RACING))
     return PageWritten({duty_id: n for duty_id, key, n in rows if key is None},
                        {key: n for duty_id, key, n in rows if key is not None}, retried)
+
+
+def ensure_partitions(engine: Engine, keys: list[str]) -> None:
+    """Make the task partitions these keys need, in a transaction of their own: a run
+    makes those of its range and of the period after it before its first page, so pages
+    rarely wait on the advisory lock that serialises the making."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql(_ENSURE_PARTITIONS, (sorted(set(keys)),))
 
 
 def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten) -> None:
@@ -381,6 +404,7 @@ def dispatch(
     planning and one core idle during writing."""
     if not requested:
         raise ValueError("no periods requested")
+    ensure_partitions(engine, [period.key for period in requested] + [following(requested[-1]).key])
     report = DispatchReport(frequency, mode, as_of, requested[0].key, requested[-1].key, list(requested))
     scheduled_at = as_of if mode is Mode.SCHEDULED else None
     in_flight: deque[tuple[int, Plan, Future[PageWritten]]] = deque()

@@ -570,8 +570,26 @@ def reclaim_expired(conn: Connection | Engine) -> dict[str, int]:
     return {state: states.count(state) for state in set(states)}
 
 
+# Workers LISTEN here; migration 0010's trigger notifies it once per statement that
+# queues runs, when that statement's transaction commits.
+RUNS_QUEUED_CHANNEL = "rota_runs_queued"
+
+_NEXT_DUE = text(
+    "SELECT extract(epoch FROM min(run_at) - now()) FROM job_queue WHERE state = 'queued'"
+)
+
+
+def seconds_until_next_run(conn: Connection | Engine) -> float | None:
+    """How long until the earliest queued run falls due (0 or less: it is due); None when
+    nothing is queued."""
+    with transaction(conn) as c:
+        due_in = c.execute(_NEXT_DUE).scalar()
+    return None if due_in is None else float(due_in)
+
+
 __all__ = [
     "AlreadyQueued", "ClaimedRun", "Enqueued", "Produced", "claim_due_runs", "complete",
     "cancel_unscheduled_runs", "dispatch_pending_events", "enqueue_scheduled", "enqueue_scheduled_many",
     "extend_leases", "fail", "interrupt", "produce", "produce_many", "reclaim_expired", "register_job", "release",
+    "seconds_until_next_run",
 ]

@@ -111,7 +111,9 @@ task = Table(
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("duty_id", BigInteger, nullable=False),
     Column("workspace_id", UUID(as_uuid=True), nullable=False),
-    Column("period_key", Text, nullable=False),
+    # Byte order: every key of one year sorts between 'YYYY' and 'YYYY~', and a partition's
+    # range holds exactly the keys it names (migration 0009).
+    Column("period_key", Text(collation="C"), primary_key=True),
     Column("period_start", Date, nullable=False),
     Column("due_date", Date, nullable=False),
     Column("visible_from", Date, nullable=False),
@@ -123,6 +125,9 @@ task = Table(
     CheckConstraint(
         "period_start <= due_date AND visible_from <= due_date", name="period_ordered"
     ),
+    # A night's tasks land in the few partitions its keys name, whatever the history.
+    # Partitions are made by rota_ensure_task_partitions (migration 0009) before a write.
+    postgresql_partition_by="RANGE (period_key)",
 )
 # task (duty_id, workspace_id) -> duty (id, workspace_id) is enforced by the statement-level
 # triggers of migration 0004, under the name task_duty_fkey: a foreign key checked

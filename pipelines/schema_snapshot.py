@@ -20,13 +20,16 @@ _SECTIONS = {
     "tables": """
         SELECT c.relname || ' rls=' || c.relrowsecurity || ' forced=' || c.relforcerowsecurity
                || ' options=' || coalesce(array_to_string(c.reloptions, ','), '')
+               || CASE WHEN c.relkind = 'p' THEN ' partitioned by ' || pg_get_partkeydef(c.oid) ELSE '' END
         FROM pg_class c
         WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p') AND c.relname <> 'alembic_version'
+          AND NOT c.relispartition
         ORDER BY 1
     """,
     "constraints": """
         SELECT c.conrelid::regclass::text || ' ' || c.conname || ': ' || pg_get_constraintdef(c.oid)
         FROM pg_constraint c
+        JOIN pg_class r ON r.oid = c.conrelid AND NOT r.relispartition
         WHERE c.connamespace = 'public'::regnamespace AND c.contype <> 'n'
           AND c.conrelid <> 'alembic_version'::regclass
         ORDER BY 1
@@ -40,7 +43,7 @@ _SECTIONS = {
     "triggers": """
         SELECT pg_get_triggerdef(t.oid) || CASE WHEN t.tgenabled = 'D' THEN ' [disabled]' ELSE '' END
         FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-        WHERE c.relnamespace = 'public'::regnamespace AND NOT t.tgisinternal
+        WHERE c.relnamespace = 'public'::regnamespace AND NOT t.tgisinternal AND NOT c.relispartition
         ORDER BY c.relname, t.tgname
     """,
     "functions": """
@@ -60,7 +63,7 @@ _SECTIONS = {
         SELECT c.relname || ' to ' || CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
                || ': ' || string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type)
         FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
-        WHERE c.relnamespace = 'public'::regnamespace
+        WHERE c.relnamespace = 'public'::regnamespace AND NOT c.relispartition
           AND (a.grantee = 0 OR pg_get_userbyid(a.grantee) = 'rota_app')
         GROUP BY c.relname, a.grantee
         ORDER BY 1
@@ -71,7 +74,7 @@ _SECTIONS = {
                || ': ' || string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type)
         FROM pg_class c JOIN pg_attribute t ON t.attrelid = c.oid
         CROSS JOIN LATERAL aclexplode(t.attacl) a
-        WHERE c.relnamespace = 'public'::regnamespace
+        WHERE c.relnamespace = 'public'::regnamespace AND NOT c.relispartition
           AND (a.grantee = 0 OR pg_get_userbyid(a.grantee) = 'rota_app')
         GROUP BY c.relname, t.attname, a.grantee
         ORDER BY 1

@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Callable
 
+import psycopg
 from psycopg import OperationalError as DriverOperationalError
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from pipelines.handlers import HANDLERS
 from pipelines.queue import (
+    RUNS_QUEUED_CHANNEL,
     ClaimedRun,
     claim_due_runs,
     complete,
@@ -37,7 +39,9 @@ from pipelines.queue import (
     interrupt,
     reclaim_expired,
     release,
+    seconds_until_next_run,
 )
+from resources.server import libpq_url
 
 # A lost database surfaces through SQLAlchemy, or through a raw psycopg cursor.
 DATABASE_GONE = (OperationalError, DriverOperationalError)
@@ -61,6 +65,10 @@ class WorkerSettings:
     reclaim_interval: float = 5.0
     # Past the grace period, the run in hand is reclaimable this long after the worker left.
     interrupted_lease: timedelta = timedelta(seconds=3)
+    # Wake on the NOTIFY of newly queued runs instead of only polling: a run queued for
+    # now starts in milliseconds, not up to poll_interval later. Polling stays, so a lost
+    # notification (a PgBouncer in transaction mode delivers none) costs latency only.
+    listen: bool = True
 
 
 def default_worker_id() -> str:
@@ -90,6 +98,7 @@ class Worker:
         # statement that granted or renewed it, so never later than the database's now()).
         self._confirmed = 0.0
         self._next_reclaim = 0.0
+        self._listener: psycopg.Connection | None = None
 
     def _heartbeat(self) -> None:
         """Renew the lease of the run in hand at a third of its length."""
@@ -178,7 +187,46 @@ class Worker:
                     self._current = None
                     self.stopping.wait(wait)
         finally:
+            self._close_listener()
             self._done.set()
+
+    def _listen(self) -> psycopg.Connection | None:
+        if self._listener is None and self.settings.listen:
+            try:
+                url = self.engine.url.render_as_string(hide_password=False)
+                self._listener = psycopg.connect(libpq_url(url), autocommit=True)
+                self._listener.execute(f"LISTEN {RUNS_QUEUED_CHANNEL}")
+            except psycopg.Error as error:
+                log.warning("cannot listen for queued runs (%s); polling every %.2f s",
+                            str(error).strip().splitlines()[0], self.settings.poll_interval)
+                self._close_listener()
+        return self._listener
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def _wait_for_work(self) -> None:
+        """Nothing was due: sleep until the earliest queued run falls due, a statement
+        queues runs (its NOTIFY), or poll_interval has passed, whichever comes first."""
+        listener = self._listen()  # before the look: a run queued after it is announced
+        wait = self.settings.poll_interval
+        due_in = seconds_until_next_run(self.engine)
+        if due_in is not None:
+            wait = max(0.0, min(wait, due_in))
+        if listener is None or wait == 0:
+            self.stopping.wait(wait)
+            return
+        deadline = time.monotonic() + wait
+        try:
+            # In slices, so that a stop request is seen within WATCH_INTERVAL.
+            while not self.stopping.is_set() and (left := deadline - time.monotonic()) > 0:
+                if list(listener.notifies(timeout=min(left, WATCH_INTERVAL), stop_after=1)):
+                    return
+        except psycopg.Error:
+            log.warning("the connection listening for queued runs broke; it is opened again at the next wait")
+            self._close_listener()
 
     def _work_once(self) -> None:
         now = time.monotonic()
@@ -190,7 +238,7 @@ class Worker:
         asked = time.monotonic()
         runs = claim_due_runs(self.engine, self.id, 1, self.settings.lease)
         if not runs:
-            self.stopping.wait(self.settings.poll_interval)
+            self._wait_for_work()
             return
         run = runs[0]
         if self.stopping.is_set():

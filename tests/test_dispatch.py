@@ -8,7 +8,7 @@ from datetime import date, timedelta
 from sqlalchemy import create_engine, text, update
 
 from pipelines.completeness import gaps_after
-from pipelines.dispatch import dispatch
+from pipelines.dispatch import dispatch, ensure_partitions
 from pipelines.periods import local_date, open_range, parse_instant, period_containing, periods_between
 from pipelines.planner import Mode
 from pipelines.schema import MAX_LEAD_DAYS, duty, task
@@ -184,6 +184,7 @@ def test_the_dispatcher_never_touches_a_task_a_racing_writer_just_made(engine, c
     written again with ON CONFLICT DO NOTHING; the caller sees no error."""
     caplog.set_level(logging.INFO, logger="pipelines.dispatch")
     duty_id = add_duty(engine)
+    ensure_partitions(engine, ["2026-08"])
     outcome = {}
     with engine.connect() as racer:
         racer.execute(text(

@@ -16,7 +16,7 @@ from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 from pipelines import dispatch as dispatch_module
 from pipelines.assets import COMPLETENESS_CHECK
 from pipelines.completeness import gaps_after
-from pipelines.dispatch import dispatch, read_pages, write_plan
+from pipelines.dispatch import dispatch, ensure_partitions, read_pages, write_plan
 from pipelines.periods import open_range, parse_instant, period_containing, periods_between
 from pipelines.planner import Mode, plan
 from pipelines.queue import enqueue_scheduled, register_job
@@ -103,6 +103,7 @@ def test_a_duty_with_tasks_keeps_its_frequency_and_kind(database_url, engine, wo
 
 def test_a_frequency_change_racing_a_task_insert_waits_and_is_refused(database_url, engine, workspace):
     duty_id = add_duty(engine, workspace_id=workspace, frequency="weekly")
+    ensure_partitions(engine, ["2026-W50"])
     writer = create_engine(driver_url(database_url))
     with writer.connect() as inserting:
         inserting.execute(insert(task), [_task_row(duty_id, workspace, "2026-W50")])  # uncommitted
@@ -152,6 +153,7 @@ def _delete_duty_with_its_tasks(engine, duty_id, outcome):
 def test_an_insert_in_flight_holds_off_the_deletion_of_its_duty(database_url, engine, workspace):
     """Any role's task insert: the deletion of the duty waits for it and then fails."""
     duty_id = add_duty(engine, workspace_id=workspace)
+    ensure_partitions(engine, ["2026-08"])
     writer = create_engine(driver_url(database_url))
     outcome = {}
     with writer.connect() as inserting:
@@ -169,6 +171,7 @@ def test_an_insert_in_flight_holds_off_the_deletion_of_its_duty(database_url, en
 def test_a_deletion_in_flight_refuses_a_task_insert_for_its_duty(database_url, engine, workspace):
     """The other order: the duty's deletion goes first, the insert waits for it and fails."""
     duty_id = add_duty(engine, workspace_id=workspace)
+    ensure_partitions(engine, ["2026-08"])
     deleter = create_engine(driver_url(database_url))
     outcome = {}
     with deleter.connect() as deleting:

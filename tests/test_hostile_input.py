@@ -105,7 +105,7 @@ def test_sql_metacharacters_are_stored_verbatim_and_never_executed(engine):
         titles = conn.execute(select(duty.c.title).where(duty.c.id.in_(ids)).order_by(duty.c.id)).scalars().all()
         runs = conn.execute(select(job_queue.c.source, job_queue.c.source_ref, job_queue.c.payload)
                             .where(job_queue.c.job_id == job_id).order_by(job_queue.c.id)).all()
-        tables = set(conn.execute(text("SELECT relname FROM pg_class WHERE relkind = 'r' "
+        tables = set(conn.execute(text("SELECT relname FROM pg_class WHERE relkind IN ('r', 'p') "
                                        "AND relnamespace = 'public'::regnamespace")).scalars())
     assert titles == HOSTILE_TEXT
     assert [(s, r, json.dumps(p, sort_keys=True)) for s, r, p in runs] == [

@@ -242,3 +242,57 @@ def test_one_slow_handler_holds_up_nothing_another_worker_could_run(database_url
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*), count(DISTINCT run_id) FROM handler_call WHERE job = 'count'"))\
             .one() == (200, 200)
+
+
+# ------------------------------------------------------------ waking without polling
+
+def _idle_worker(database_url, listen):
+    """An in-process worker whose poll (a minute) could not explain a prompt start."""
+    worker_engine = create_engine(driver_url(database_url))
+    worker = Worker(worker_engine, WorkerSettings(poll_interval=60, listen=listen))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    return worker, thread, worker_engine
+
+
+def _stop_idle(worker, thread, worker_engine):
+    worker.stopping.set()
+    thread.join(timeout=90)
+    worker_engine.dispose()
+    assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("listen", [True, False])
+def test_an_idle_worker_starts_a_run_queued_for_now_without_waiting_out_its_poll(database_url, engine, listen):
+    """Migration 0010's NOTIFY wakes a listening worker; one that does not listen waits
+    out its minute (the run is still queued when the listening one has long finished)."""
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE handler_call (run_id bigint, attempt int, job text, "
+                          "at timestamptz DEFAULT clock_timestamp())"))
+    job_id = register_job(engine, "count", schedule="* * * * *")
+    worker, thread, worker_engine = _idle_worker(database_url, listen)
+    try:
+        time.sleep(2)  # idle, past its first empty claim
+        enqueue_scheduled(engine, job_id, datetime.now(timezone.utc))
+        if listen:
+            wait_for(lambda: runs(engine)[0]["state"] == "succeeded", 20, "the notified worker to run it")
+        else:
+            time.sleep(10)
+            assert runs(engine)[0]["state"] == "queued"
+    finally:
+        _stop_idle(worker, thread, worker_engine)
+
+
+def test_an_idle_worker_wakes_when_the_earliest_queued_run_falls_due(database_url, engine):
+    """No notification comes for a run queued earlier for later: the worker sleeps only
+    until it is due, not a whole poll."""
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE handler_call (run_id bigint, attempt int, job text, "
+                          "at timestamptz DEFAULT clock_timestamp())"))
+    job_id = register_job(engine, "count", schedule="* * * * *")
+    enqueue_scheduled(engine, job_id, datetime.now(timezone.utc) + timedelta(seconds=4))
+    worker, thread, worker_engine = _idle_worker(database_url, listen=False)
+    try:
+        wait_for(lambda: runs(engine)[0]["state"] == "succeeded", 30, "the worker to run it when due")
+    finally:
+        _stop_idle(worker, thread, worker_engine)

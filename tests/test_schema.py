@@ -10,6 +10,7 @@ from sqlalchemy import create_engine, insert, text
 from sqlalchemy.exc import IntegrityError
 
 from pipelines import migrations
+from pipelines.dispatch import ensure_partitions
 from pipelines.schema import task
 from pipelines.schema_snapshot import SNAPSHOT, snapshot
 from resources.server import ROTA_HOME_DEFAULT, driver_url
@@ -94,6 +95,7 @@ def test_the_claim_query_uses_the_claim_index(engine):
 
 def test_a_second_task_for_one_duty_and_period_is_refused_by_the_identity(engine, workspace):
     duty_id = add_duty(engine, workspace_id=workspace)
+    ensure_partitions(engine, ["2026-08"])
     row = {"duty_id": duty_id, "workspace_id": workspace, "period_key": "2026-08",
            "period_start": date(2026, 8, 1), "due_date": date(2026, 8, 31), "visible_from": date(2026, 8, 31)}
     with engine.begin() as conn:
@@ -136,6 +138,7 @@ def test_a_tenant_sees_and_writes_only_its_own_workspace(database_url, engine):
     mine, theirs = uuid.uuid4(), uuid.uuid4()
     my_duty = add_duty(engine, workspace_id=mine, title="mine")
     their_duty = add_duty(engine, workspace_id=theirs, title="theirs")
+    ensure_partitions(engine, ["2026-08"])
     with engine.begin() as conn:
         conn.execute(insert(task), [
             {"duty_id": d, "workspace_id": w, "period_key": "2026-08", "period_start": date(2026, 8, 1),
@@ -185,6 +188,7 @@ def _task_row(duty_id, workspace_id, key="2026-08"):
 
 def test_a_task_must_name_an_existing_duty_of_its_own_workspace(engine, workspace):
     duty_id = add_duty(engine, workspace_id=workspace)
+    ensure_partitions(engine, ["2026-07", "2026-08"])
     for bad in (_task_row(duty_id + 1000, workspace), _task_row(duty_id, uuid.uuid4())):
         # One bad row refuses the whole statement, good rows included.
         with pytest.raises(IntegrityError, match=rf"task_duty_fkey|duty {bad['duty_id']} of workspace"):
@@ -204,6 +208,7 @@ def test_a_task_must_name_an_existing_duty_of_its_own_workspace(engine, workspac
 def test_a_duty_with_tasks_cannot_be_deleted_moved_or_truncated_alone(database_url, engine, workspace):
     duty_id = add_duty(engine, workspace_id=workspace)
     spare = add_duty(engine, workspace_id=workspace)
+    ensure_partitions(engine, ["2026-08"])
     with engine.begin() as conn:
         conn.execute(insert(task), [_task_row(duty_id, workspace)])
     for statement in (f"DELETE FROM duty WHERE id IN ({duty_id}, {spare})",

@@ -11,6 +11,7 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from sqlalchemy import insert, make_url, text
 
 from pipelines.definitions import defs
+from pipelines.dispatch import ensure_partitions
 from pipelines.queue import enqueue_scheduled, register_job
 from pipelines.schema import task
 from resources.github import github_from_env
@@ -25,6 +26,7 @@ def _world(engine):
     """Rows of two workspaces and system rows, in every tenant table."""
     mine, theirs = uuid.uuid4(), uuid.uuid4()
     duties = {w: add_duty(engine, workspace_id=w, title=f"duty of {w}") for w in (mine, theirs)}
+    ensure_partitions(engine, ["2026-08"])
     with engine.begin() as conn:
         conn.execute(insert(task), [
             {"duty_id": d, "workspace_id": w, "period_key": "2026-08", "period_start": date(2026, 8, 1),
