@@ -22,6 +22,7 @@ from psycopg import sql
 from sqlalchemy import Engine, create_engine, text
 
 from benchmarks.data import load_duties, reset_dispatch
+from benchmarks.queue_baselines import CONCURRENCY
 from pipelines import migrations
 from pipelines.dispatch import DEFAULT_PAGE_SIZE, dispatch, read_pages
 from pipelines.periods import open_range, period_containing, periods_between
@@ -417,7 +418,7 @@ def _baseline(python: str, queue: str, *args: str, conninfo: str, env: dict | No
               wait: bool = True) -> subprocess.Popen:
     command = {
         ("procrastinate", "work"): [str(Path(python).parent / "procrastinate"), "--app",
-                                    "benchmarks.procrastinate_app.app", "worker", "--concurrency", "1"],
+                                    "benchmarks.procrastinate_app.app", "worker", "--concurrency", str(CONCURRENCY)],
     }.get((queue, args[0]), [python, "-m", "benchmarks.queue_baselines", queue, *args])
     environment = {**os.environ, **(env or {}), "BENCH_CONNINFO": conninfo, "PYTHONPATH": str(PROJECT_ROOT)}
     process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL,
@@ -433,12 +434,13 @@ def _pending(conninfo: str, queue: str) -> int:
 
 
 def _workers(queue: str, conninfo: str, python: str, url: str, env: dict | None = None) -> list[subprocess.Popen]:
-    """Four workers of `queue`, idle until runs come."""
+    """Four workers of `queue`, idle until runs come, each executing up to CONCURRENCY runs at once."""
     if queue != "rota":
         return [_baseline(python, queue, "work", conninfo=conninfo, env=env, wait=False) for _ in range(4)]
     rota = str(Path(sys.executable).parent / "rota")
     environment = {**os.environ, **(env or {}), "ROTA_DATABASE_URL": url, "PYTHONPATH": str(PROJECT_ROOT)}
-    return [subprocess.Popen([rota, "worker", "--handlers", "benchmarks.rota_latency"], env=environment,
+    return [subprocess.Popen([rota, "worker", "--handlers", "benchmarks.rota_latency", "--concurrency",
+                              str(CONCURRENCY)], env=environment,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(4)]
 
 
@@ -470,7 +472,7 @@ def _drain(queue: str, url: str, python: str, runs: int) -> float:
     _empty(conninfo, queue)
     if queue == "rota":
         engine = create_engine(driver_url(url))
-        job_id = register_job(engine, "noop")
+        job_id = register_job(engine, "bench_noop")
         due = datetime.now(timezone.utc) - timedelta(days=1)
         enqueue_scheduled_many(engine, [(job_id, due - timedelta(minutes=n)) for n in range(runs)])
         engine.dispose()
@@ -496,7 +498,7 @@ def _latency(queue: str, url: str, python: str, runs: int) -> tuple[float, float
             time.sleep(5)  # connected and idle
             if queue == "rota":
                 engine = create_engine(driver_url(url))
-                job_id = register_job(engine, "bench_latency")
+                job_id = register_job(engine, "bench_noop")
                 started = time.monotonic()
                 for n in range(runs):
                     time.sleep(max(0.0, started + n / LATENCY_RATE - time.monotonic()))

@@ -22,6 +22,9 @@ import psycopg
 
 CONNINFO = os.environ.get("BENCH_CONNINFO", "")
 BATCH = 10_000
+# Jobs each worker executes at once, for every queue: Oban's queue limit, pgqueuer's batch,
+# rota's and procrastinate's --concurrency.
+CONCURRENCY = 10
 _latencies = None
 
 
@@ -61,7 +64,7 @@ async def _pgqueuer_work() -> None:
     pgq = await pgqueuer_factory()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, pgq.shutdown.set)
-    await pgq.run()
+    await pgq.run(batch_size=CONCURRENCY)
 
 
 async def _pgqueuer_enqueue(count: int, due: bool) -> None:
@@ -121,7 +124,7 @@ async def _oban_work() -> None:
     _oban_worker()
     pool = await _oban_pool()
     try:
-        async with Oban(pool=pool, queues={"default": 10}):
+        async with Oban(pool=pool, queues={"default": CONCURRENCY}):
             await _until_stopped()
     finally:
         await pool.close()

@@ -41,6 +41,12 @@ telemetry:
 """
 
 
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {value!r}")
+    return int(value)
+
+
 def _say(message: str) -> None:
     print(f"rota: {message}", flush=True)
 
@@ -205,16 +211,18 @@ def worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     modules = [m for m in (args.handlers or os.environ.get("ROTA_WORKER_HANDLERS", "")).split(",") if m]
     load_handler_modules(BUILTIN_HANDLER_MODULES + modules)
-    from resources.postgres import make_engine
+    from resources.engine import make_engine
 
     try:
-        engine = make_engine(os.environ["ROTA_DATABASE_URL"], pool_size=2, max_overflow=2)
+        # The claiming loop, the heartbeat, and a connection for each handler slot.
+        engine = make_engine(os.environ["ROTA_DATABASE_URL"], pool_size=args.concurrency + 2, max_overflow=2)
     except migrations.SchemaNotAtHead as refused:
         _say(f"rota worker refused to start: {refused}")
         return 2
     settings = WorkerSettings(
         lease=timedelta(seconds=args.lease), poll_interval=args.poll, listen=args.listen,
         grace=timedelta(seconds=args.grace), backoff=timedelta(seconds=args.backoff),
+        concurrency=args.concurrency,
     )
     process = Worker(engine, settings)
 
@@ -278,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     worker_parser.add_argument("--no-listen", dest="listen", action="store_false",
                                help="poll only; do not LISTEN for queued runs")
     worker_parser.add_argument("--backoff", type=float, default=5.0, help="first retry delay in seconds")
+    worker_parser.add_argument("--concurrency", type=_positive_int, default=1,
+                               help="runs executed at once, each on a thread of its own (default 1)")
     worker_parser.set_defaults(run=worker)
     bench_parser = commands.add_parser("bench", help="run the benchmarks (minutes; never in CI)")
     bench_parser.add_argument("--duties", type=int, default=1_000_000)

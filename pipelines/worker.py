@@ -1,15 +1,19 @@
-"""`rota worker`: claims one due run at a time, executes its handler, heartbeats its lease.
+"""`rota worker`: claims due runs for its idle handler slots, executes them, heartbeats
+their leases.
 
-A worker holds a lease only on the run it is about to execute, so one slow handler never
-holds up runs another worker could take. A run is never executed by two workers at once:
-- the lease is renewed while the handler runs; if the worker cannot confirm it before it
-  could expire (the database is away, or the run was reclaimed), the worker process exits
-  at once, handler and all, before any other worker can be handed the run;
-- past the grace period after SIGTERM, the worker shortens the run's lease to a few
-  seconds and exits; the run is reclaimed (the attempt counted) only once the lease has
+A worker claims only as many runs as it has idle slots (`concurrency`, one by default)
+and starts each at once, so one slow handler never holds up runs another worker or slot
+could take. A busy worker records the runs it finished and claims the next ones in one
+transaction. A run is never executed by two workers at once:
+- the leases of the runs in hand are renewed while their handlers run; if the worker
+  cannot confirm one before it could expire (the database is away, or the run was
+  reclaimed), the worker process exits at once, handlers and all, before any other worker
+  can be handed the run;
+- past the grace period after SIGTERM, the worker shortens its runs' leases to a few
+  seconds and exits; a run is reclaimed (the attempt counted) only once its lease has
   run out, when this process is long gone.
 
-On SIGTERM it stops claiming, lets the handler in progress finish within the grace
+On SIGTERM it stops claiming, lets the handlers in progress finish within the grace
 period, hands back a run it claimed but never started, and exits 0."""
 
 import logging
@@ -19,6 +23,7 @@ import threading
 import time
 import traceback
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Callable
@@ -32,8 +37,7 @@ from pipelines.handlers import HANDLERS
 from pipelines.queue import (
     RUNS_QUEUED_CHANNEL,
     ClaimedRun,
-    claim_due_runs,
-    complete,
+    complete_and_claim,
     extend_leases,
     fail,
     interrupt,
@@ -50,6 +54,9 @@ log = logging.getLogger(__name__)
 
 # How often the heartbeat and the watchdog look at the run in hand.
 WATCH_INTERVAL = 0.25
+# How soon a free handler slot is filled (or a success recorded) at the latest, while
+# other handlers still run.
+HANDLER_WATCH = 0.01
 # The exit status of a worker that stopped its handler because it could no longer prove
 # it held the run's lease (EX_TEMPFAIL: run it again).
 LEASE_LOST_EXIT = 75
@@ -69,6 +76,8 @@ class WorkerSettings:
     # now starts in milliseconds, not up to poll_interval later. Polling stays, so a lost
     # notification (a PgBouncer in transaction mode delivers none) costs latency only.
     listen: bool = True
+    # Handlers executing at once, each on a thread of its own with a run of its own.
+    concurrency: int = 1
 
 
 def default_worker_id() -> str:
@@ -81,7 +90,7 @@ def _exit_now() -> None:
 
 
 class Worker:
-    """`on_lease_lost` is called when the run in hand may be handed to another worker while
+    """`on_lease_lost` is called when a run in hand may be handed to another worker while
     its handler still runs here; the default ends the process, which is the only way to
     stop a handler mid-flight. Embedders that run handlers elsewhere may pass their own."""
 
@@ -89,88 +98,114 @@ class Worker:
                  on_lease_lost: Callable[[], None] = _exit_now):
         self.engine = engine
         self.settings = settings or WorkerSettings()
+        if self.settings.concurrency < 1:
+            raise ValueError(f"a worker's concurrency must be at least 1, not {self.settings.concurrency}")
         self.id = worker_id or default_worker_id()
         self.stopping = threading.Event()
         self.on_lease_lost = on_lease_lost
         self._done = threading.Event()
-        self._current: ClaimedRun | None = None
-        # When the lease of the run in hand was last confirmed (monotonic, taken before the
-        # statement that granted or renewed it, so never later than the database's now()).
-        self._confirmed = 0.0
+        self._lock = threading.Lock()
+        # The runs whose handlers are executing, and when each one's lease was last confirmed
+        # (monotonic, taken before the statement that granted or renewed it, so never later
+        # than the database's now()).
+        self._running: dict[int, ClaimedRun] = {}
+        self._confirmed: dict[int, float] = {}
+        # Runs whose handlers returned, to be recorded with the next claim.
+        self._finished: list[ClaimedRun] = []
+        self._slot_freed = threading.Event()
+        self._waiting_since: float | None = None
+        self._handlers = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="handler")
         self._next_reclaim = 0.0
         self._listener: psycopg.Connection | None = None
 
+    def _in_hand(self) -> dict[int, float]:
+        with self._lock:
+            return dict(self._confirmed)
+
     def _heartbeat(self) -> None:
-        """Renew the lease of the run in hand at a third of its length."""
+        """Renew the leases of the runs in hand once the oldest confirmation is a third of a
+        lease old."""
         lease = self.settings.lease.total_seconds()
         while not self._done.wait(WATCH_INTERVAL):
-            run, confirmed = self._current, self._confirmed
-            if run is None or time.monotonic() < confirmed + lease / 3:
+            confirmed = self._in_hand()
+            if not confirmed or time.monotonic() < min(confirmed.values()) + lease / 3:
                 continue
             asked = time.monotonic()
             try:
-                kept = extend_leases(self.engine, self.id, [run.id], self.settings.lease)
+                kept = extend_leases(self.engine, self.id, list(confirmed), self.settings.lease)
             except Exception:
                 log.exception("heartbeat failed; retrying")
                 self._done.wait(WATCH_INTERVAL * 4)
                 continue
-            if self._current is not run:
-                continue
-            if run.id not in kept:
-                self._stop_handler(run, "was lost (reclaimed by another worker)")
+            with self._lock:
+                # A run that left the hand meanwhile finished; only one still executing is lost.
+                lost = [run_id for run_id in confirmed if run_id not in kept and run_id in self._running]
+                for run_id in kept & self._confirmed.keys():
+                    self._confirmed[run_id] = asked
+            if lost:
+                self._stop_handlers(lost, "was lost (reclaimed by another worker)")
                 return
-            self._confirmed = asked
 
     def _watchdog(self) -> None:
-        """Stop the worker before the lease of the run in hand could expire unconfirmed:
-        a renewal may hang (a lock, a dead connection) as well as fail."""
+        """Stop the worker before the lease of a run in hand could expire unconfirmed: a
+        renewal may hang (a lock, a dead connection) as well as fail."""
         lease = self.settings.lease.total_seconds()
         while not self._done.wait(WATCH_INTERVAL):
-            run, confirmed = self._current, self._confirmed
-            if run is not None and time.monotonic() - confirmed > lease * 5 / 6:
-                self._stop_handler(run, f"could not be renewed for {time.monotonic() - confirmed:.1f} s")
+            confirmed = self._in_hand()
+            if not confirmed:
+                continue
+            oldest = min(confirmed, key=confirmed.__getitem__)
+            if (age := time.monotonic() - confirmed[oldest]) > lease * 5 / 6:
+                self._stop_handlers([oldest], f"could not be renewed for {age:.1f} s")
                 return
 
-    def _stop_handler(self, run: ClaimedRun, why: str) -> None:
-        log.critical("the lease of run %d %s; stopping this worker and its handler so that no other "
-                     "worker runs it at the same time", run.id, why)
+    def _stop_handlers(self, run_ids: list[int], why: str) -> None:
+        log.critical("the lease of run %s %s; stopping this worker and its handlers so that no other "
+                     "worker runs it at the same time", ", ".join(map(str, run_ids)), why)
         self.on_lease_lost()
 
     def _execute(self, run: ClaimedRun) -> None:
-        function = HANDLERS.get(run.job_name)
+        """On a handler thread. A success is recorded by the claiming loop, with its next
+        claim; a failure here, at once, as it schedules the retry."""
+        succeeded = False
         try:
-            if function is None:
-                raise LookupError(f"no handler is registered for job {run.job_name!r}")
-            function(run, self.engine)
-        except Exception:
-            state = fail(self.engine, run.id, self.id, traceback.format_exc(),
-                         backoff=self.settings.backoff, cap=self.settings.backoff_cap)
-            log.warning("run %d of %s failed (attempt %d/%d) -> %s", run.id, run.job_name,
-                        run.attempts, run.max_attempts, state or "lease lost")
-        else:
+            function = HANDLERS.get(run.job_name)
             try:
-                finished = complete(self.engine, run.id, self.id)
-            except DATABASE_GONE:
-                log.error("run %d of %s finished, but the database went away before that was recorded; "
-                          "it will be reclaimed and run again when its lease expires", run.id, run.job_name)
-                raise
-            if not finished:
-                log.warning("run %d finished after its lease was lost; it will be run again", run.id)
+                if function is None:
+                    raise LookupError(f"no handler is registered for job {run.job_name!r}")
+                function(run, self.engine)
+                succeeded = True
+            except Exception:
+                state = fail(self.engine, run.id, self.id, traceback.format_exc(),
+                             backoff=self.settings.backoff, cap=self.settings.backoff_cap)
+                log.warning("run %d of %s failed (attempt %d/%d) -> %s", run.id, run.job_name,
+                            run.attempts, run.max_attempts, state or "lease lost")
+        except Exception as error:
+            log.error("run %d of %s failed, and recording that failed too (%s); it will be reclaimed and "
+                      "run again when its lease expires", run.id, run.job_name,
+                      str(getattr(error, "orig", error)).strip().splitlines()[0])
+        finally:
+            with self._lock:
+                del self._running[run.id], self._confirmed[run.id]
+                if succeeded:
+                    self._finished.append(run)
+            self._slot_freed.set()
 
     def abandon(self) -> None:
-        """Past the grace period: the run in progress becomes reclaimable a few seconds
-        from now, by which time this process has exited (the attempt counts, and the run
-        is retried)."""
-        current = self._current
-        if current is not None:
-            interrupt(self.engine, current.id, self.id,
+        """Past the grace period: the runs in progress become reclaimable a few seconds from
+        now, by which time this process has exited (the attempts count, and the runs are
+        retried)."""
+        with self._lock:
+            in_hand = list(self._running)
+        for run_id in in_hand:
+            interrupt(self.engine, run_id, self.id,
                       f"interrupted: worker {self.id} was stopped and its grace period ran out",
                       self.settings.interrupted_lease)
 
     def run(self) -> None:
-        """Work until `stopping` is set. A lost database is logged as an error and waited
-        out, with backoff: the worker carries on when it returns, and a run it could not
-        record is reclaimed when its lease expires."""
+        """Work until `stopping` is set, then let the handlers in progress finish. A lost
+        database is logged as an error and waited out, with backoff: the worker carries on
+        when it returns, and a run it could not record is reclaimed when its lease expires."""
         for name, target in (("heartbeat", self._heartbeat), ("watchdog", self._watchdog)):
             threading.Thread(target=target, name=name, daemon=True).start()
         outage = 0
@@ -184,9 +219,13 @@ class Worker:
                     wait = min(self.settings.poll_interval * 2 ** outage, 30.0)
                     log.error("the database went away (%s); retrying in %.1f s",
                               str(getattr(error, "orig", error)).strip().splitlines()[0], wait)
-                    self._current = None
                     self.stopping.wait(wait)
         finally:
+            self._handlers.shutdown(wait=True)
+            try:
+                self._record_and_claim(0)
+            except DATABASE_GONE:
+                pass
             self._close_listener()
             self._done.set()
 
@@ -209,24 +248,46 @@ class Worker:
 
     def _wait_for_work(self) -> None:
         """Nothing was due: sleep until the earliest queued run falls due, a statement
-        queues runs (its NOTIFY), or poll_interval has passed, whichever comes first."""
+        queues runs (its NOTIFY), a handler returns, or poll_interval has passed, whichever
+        comes first."""
         listener = self._listen()  # before the look: a run queued after it is announced
         wait = self.settings.poll_interval
         due_in = seconds_until_next_run(self.engine)
         if due_in is not None:
             wait = max(0.0, min(wait, due_in))
-        if listener is None or wait == 0:
-            self.stopping.wait(wait)
-            return
+        # In slices, so that a stop request is seen within WATCH_INTERVAL, and a returning
+        # handler's success is recorded within HANDLER_WATCH.
+        piece = HANDLER_WATCH if self._running else WATCH_INTERVAL
         deadline = time.monotonic() + wait
         try:
-            # In slices, so that a stop request is seen within WATCH_INTERVAL.
-            while not self.stopping.is_set() and (left := deadline - time.monotonic()) > 0:
-                if list(listener.notifies(timeout=min(left, WATCH_INTERVAL), stop_after=1)):
+            while not (self.stopping.is_set() or self._slot_freed.is_set()) \
+                    and (left := deadline - time.monotonic()) > 0:
+                if listener is None:
+                    self._slot_freed.wait(min(left, piece))
+                elif list(listener.notifies(timeout=min(left, piece), stop_after=1)):
                     return
         except psycopg.Error:
             log.warning("the connection listening for queued runs broke; it is opened again at the next wait")
             self._close_listener()
+
+    def _record_and_claim(self, free: int) -> list[ClaimedRun]:
+        """Record the runs finished since the last call and claim up to `free` due runs."""
+        with self._lock:
+            finished, self._finished = self._finished, []
+        if not finished and not free:
+            return []
+        try:
+            recorded, runs = complete_and_claim(self.engine, self.id, [run.id for run in finished], free,
+                                                self.settings.lease)
+        except DATABASE_GONE:
+            for run in finished:
+                log.error("run %d of %s finished, but the database went away before that was recorded; "
+                          "it will be reclaimed and run again when its lease expires", run.id, run.job_name)
+            raise
+        for run in finished:
+            if run.id not in recorded:
+                log.warning("run %d finished after its lease was lost; it will be run again", run.id)
+        return runs
 
     def _work_once(self) -> None:
         now = time.monotonic()
@@ -235,18 +296,32 @@ class Worker:
             if reclaimed:
                 log.info("reclaimed expired leases: %s", reclaimed)
             self._next_reclaim = now + self.settings.reclaim_interval
+        self._slot_freed.clear()
+        with self._lock:
+            running, finished = len(self._running), len(self._finished)
+        free = self.settings.concurrency - running
+        if not free and not finished:
+            self._slot_freed.wait(WATCH_INTERVAL)
+            return
+        # A round trip as each handler returns would make batches of one: while handlers
+        # still run, wait for them up to HANDLER_WATCH from the first free slot.
+        if running and not self.stopping.is_set():
+            if self._waiting_since is None:
+                self._waiting_since = time.monotonic()
+            if (left := self._waiting_since + HANDLER_WATCH - time.monotonic()) > 0:
+                self._slot_freed.wait(left)
+                return
+        self._waiting_since = None
         asked = time.monotonic()
-        runs = claim_due_runs(self.engine, self.id, 1, self.settings.lease)
-        if not runs:
+        runs = self._record_and_claim(free)
+        if runs and self.stopping.is_set():
+            release(self.engine, self.id, [run.id for run in runs])
+            log.info("handed back run %s, claimed as the worker was stopping", ", ".join(str(r.id) for r in runs))
+            return
+        with self._lock:
+            for run in runs:
+                self._running[run.id], self._confirmed[run.id] = run, asked
+        for run in runs:
+            self._handlers.submit(self._execute, run)
+        if not runs and not finished:
             self._wait_for_work()
-            return
-        run = runs[0]
-        if self.stopping.is_set():
-            release(self.engine, self.id, [run.id])
-            log.info("handed back run %d, claimed as the worker was stopping", run.id)
-            return
-        self._confirmed, self._current = asked, run
-        try:
-            self._execute(run)
-        finally:
-            self._current = None

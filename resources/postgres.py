@@ -3,32 +3,15 @@ from functools import lru_cache
 
 from dagster import ConfigurableResource, EnvVar
 from pydantic import Field
-from sqlalchemy import Engine, create_engine, make_url
+from sqlalchemy import Engine
 
 from pipelines.dispatch import DEFAULT_WRITERS
-from pipelines.migrations import require_head
-from resources.server import driver_url
+from resources.engine import make_engine
 
 
 # A dispatch takes one pooled connection to read and one per page it writes at once.
 POOL_SIZE, POOL_OVERFLOW = 4, 4
 MAX_DISPATCH_WRITERS = POOL_SIZE + POOL_OVERFLOW - 1
-
-
-def make_engine(url: str, **pool) -> Engine:
-    """An engine on rota's database whose schema is at the migrations' head.
-
-    psycopg prepares no statement on the server (`prepare_threshold=None`): behind
-    PgBouncer in transaction mode consecutive transactions may land on different server
-    connections, where a prepared name is either missing or already taken."""
-    engine = create_engine(driver_url(url), pool_pre_ping=True, connect_args={"prepare_threshold": None}, **pool)
-    try:
-        with engine.connect() as connection:
-            require_head(connection, make_url(url).render_as_string(hide_password=True))
-    except BaseException:
-        engine.dispose()
-        raise
-    return engine
 
 
 @lru_cache(maxsize=None)

@@ -234,11 +234,11 @@ def test_postgres_crashing_mid_dispatch_and_mid_worker_run_fails_loudly_and_heal
         deadline = time.monotonic() + 30
         while not _handler_calls(engine) and time.monotonic() < deadline:
             time.sleep(0.05)
-        # Down until the worker has noticed: a restart that beats the handler's sleep
-        # would let the run complete on its first attempt, with nothing to say.
+        # Down until the worker has failed to record the finished run: a restart that beats
+        # the handler's sleep would let the run complete on its first attempt.
         stop_embedded(private_server, mode="immediate")
         deadline = time.monotonic() + 30
-        while "the database went away" not in caplog.text and time.monotonic() < deadline:
+        while "finished, but the database went away" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.05)
         start_embedded(private_server, database="postgres")
         deadline = time.monotonic() + 60

@@ -14,7 +14,7 @@ from pipelines.dispatch import Mode, dispatch, read_pages
 from pipelines.periods import parse_instant
 from pipelines.planner import plan
 from pipelines.queue import produce_many, register_job
-from resources.postgres import make_engine
+from resources.engine import make_engine
 from tests.helpers import add_duty, duty_values, insert_duties, keys_by_duty
 from tests.pgbouncer import pgbouncer
 from tests.test_dispatch import ZONES, months

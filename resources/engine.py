@@ -1,0 +1,23 @@
+"""The engine every rota process opens on its database, without Dagster: `rota worker`
+and the producers import this alone."""
+
+from sqlalchemy import Engine, create_engine, make_url
+
+from pipelines.migrations import require_head
+from resources.server import driver_url
+
+
+def make_engine(url: str, **pool) -> Engine:
+    """An engine on rota's database whose schema is at the migrations' head.
+
+    psycopg prepares no statement on the server (`prepare_threshold=None`): behind
+    PgBouncer in transaction mode consecutive transactions may land on different server
+    connections, where a prepared name is either missing or already taken."""
+    engine = create_engine(driver_url(url), pool_pre_ping=True, connect_args={"prepare_threshold": None}, **pool)
+    try:
+        with engine.connect() as connection:
+            require_head(connection, make_url(url).render_as_string(hide_password=True))
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
