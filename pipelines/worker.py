@@ -225,7 +225,7 @@ class Worker:
             try:
                 self._record_and_claim(0)
             except DATABASE_GONE:
-                pass
+                pass  # each run left unrecorded was logged; its lease runs out and it runs again
             self._close_listener()
             self._done.set()
 
