@@ -110,8 +110,12 @@ _OFFERED_TABLES = (
     ) ON COMMIT DELETE ROWS""",
 )
 # A backfill page sorts its offered tasks (260,000 for 20,000 duties over 13 months) into
-# identity order; at the default 4 MB the sort spills 14 MB to disk.
-_PAGE_WORK_MEM = "SET LOCAL work_mem = '64MB'"
+# identity order; at the default 4 MB the sort spills 14 MB to disk. The page also vouches,
+# for its own transaction only, that every task it inserts comes from a duty row its
+# statement holds (_OFFERED), so task_duty_fkey_insert does not check them again
+# (migration 0012).
+_PAGE_SETTINGS = ("SELECT set_config('work_mem', '64MB', true), "
+                  "set_config('rota.task_duties_held', CAST(pg_current_xact_id() AS text), true)")
 _COPY_PERIODS = ("COPY offered_period (period_group, period_index, period_key, period_start, due_date, "
                  "visible_from, span_from, span_through) FROM STDIN (FORMAT BINARY)")
 _PERIOD_TYPES = ["int4", "int4", "text", "date", "date", "date", "text", "text"]
@@ -122,7 +126,8 @@ _SLICE_TYPES = ["int8", "int4", "int4", "int4", "int8"]
 # The offered tasks, each with its duty's workspace read from the duty row itself, which
 # is held FOR KEY SHARE until commit: a duty deleted first offers nothing, and one
 # deleted later waits and then finds these tasks (the task_duty_fkey triggers refuse
-# it). This replaces a per-row foreign-key check, which cost more than the insert.
+# it). This is the foreign key's check and lock, done once for the page: the page vouches
+# for it (_PAGE_SETTINGS), and the lock must stay or nothing else guards these rows.
 _OFFERED = """
     locked AS MATERIALIZED (
         SELECT d.id, d.workspace_id, o.period_group, o.first_index, o.last_index
@@ -288,7 +293,7 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
     def work(write: str) -> list[tuple]:
         with engine.begin() as conn:
             cursor = conn.connection.driver_connection.cursor()
-            cursor.execute(_PAGE_WORK_MEM)
+            cursor.execute(_PAGE_SETTINGS)
             cursor.execute(_ENSURE_PARTITIONS, [keys])
             for statement in _OFFERED_TABLES:
                 cursor.execute(statement)

@@ -3,9 +3,12 @@ never-touch-a-task guarantee and last_dispatched_period."""
 
 import logging
 import threading
+import time
 from datetime import date, timedelta
 
+import pytest
 from sqlalchemy import create_engine, text, update
+from sqlalchemy.exc import DBAPIError
 
 from pipelines.completeness import gaps_after
 from pipelines.dispatch import dispatch, ensure_partitions
@@ -282,6 +285,69 @@ def test_a_duty_deleted_while_its_tasks_are_being_written_leaves_no_orphan(datab
             "SELECT count(*) FROM task t WHERE NOT EXISTS (SELECT 1 FROM duty d WHERE d.id = t.duty_id)")).scalar_one()
         assert orphans == 0
         assert check.execute(text("SELECT count(DISTINCT duty_id) FROM task")).scalar_one() == 49
+
+
+_HOLD_PAGES = (
+    """CREATE FUNCTION test_hold_page() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$""",
+    "CREATE TRIGGER zz_hold_page AFTER INSERT ON task FOR EACH STATEMENT EXECUTE FUNCTION test_hold_page()",
+)
+
+
+def _waiting_or_done(engine, query_prefix: str, thread: threading.Thread) -> None:
+    deadline = time.monotonic() + 20
+    with engine.connect() as observer:
+        while thread.is_alive() and not observer.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE :q AND cardinality(pg_blocking_pids(pid)) > 0"),
+                {"q": query_prefix + "%"}).scalar_one():
+            assert time.monotonic() < deadline, f"{query_prefix} neither waited nor finished"
+            observer.rollback()
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("advances", [True, False], ids=["duty-advances", "backfill-behind-the-duty"])
+def test_a_deletion_after_a_pages_write_waits_for_the_page_and_fails(database_url, engine, advances):
+    """The page holds its duties until it commits, whether or not it moves them: the
+    statement trigger takes the page's word for them (migration 0012), so the page's own
+    lock is all that keeps a deletion that comes after its write from leaving orphans."""
+    victim = add_duty(engine)
+    if not advances:  # the duty is already past the backfilled month, so the page only locks it
+        run(engine, "2026-11-30T12:00:00Z", months("2026-11", "2026-11"), mode=Mode.BACKFILL)
+    with engine.begin() as conn:
+        for statement in _HOLD_PAGES:
+            conn.execute(text(statement))
+    holder = create_engine(driver_url(database_url))
+    outcome, result = {}, {}
+    with holder.connect() as hold:
+        hold.execute(text("SELECT pg_advisory_lock(4242)"))
+        writer = threading.Thread(target=lambda: result.update(report=dispatch(
+            engine, frequency="monthly", mode=Mode.BACKFILL, as_of=parse_instant("2026-11-30T12:00:00Z"),
+            requested=months("2026-08", "2026-08"))))
+        writer.start()
+        wait_until_blocked_by(engine, hold, "the page, after its write")
+
+        def delete():
+            try:
+                with engine.begin() as conn:
+                    conn.execute(text("DELETE FROM task WHERE duty_id = :d"), {"d": victim})
+                    conn.execute(text("DELETE FROM duty WHERE id = :d"), {"d": victim})
+                outcome["deleted"] = True
+            except DBAPIError as error:
+                outcome["error"] = str(error)
+
+        deleter = threading.Thread(target=delete)
+        deleter.start()
+        _waiting_or_done(engine, "DELETE FROM duty", deleter)
+        hold.execute(text("SELECT pg_advisory_unlock(4242)"))
+        writer.join(timeout=60)
+        deleter.join(timeout=60)
+    holder.dispose()
+    assert result["report"].total("created") == 1
+    assert "still has tasks" in outcome.get("error", ""), outcome
+    with engine.connect() as check:
+        assert check.execute(text(
+            "SELECT count(*) FROM task t WHERE NOT EXISTS (SELECT 1 FROM duty d WHERE d.id = t.duty_id)")).scalar_one() == 0
+    assert "2026-08" in task_keys(engine, victim)
 
 
 def test_the_scheduled_read_uses_the_planners_calendar_where_the_tz_databases_disagree(engine):

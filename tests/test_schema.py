@@ -205,6 +205,30 @@ def test_a_task_must_name_an_existing_duty_of_its_own_workspace(engine, workspac
         conn.execute(text("UPDATE task SET duty_id = :d"), {"d": other})
 
 
+def test_only_the_transaction_that_vouches_for_its_duties_skips_the_check(database_url, engine, workspace):
+    """A dispatch page vouches for its rows by setting rota.task_duties_held to its own
+    transaction id (migration 0012). Any other value, a session-wide one left on a pooled
+    connection, or another transaction's id, leaves every row checked; and a tenant may not
+    insert a task at all, vouched or not."""
+    duty_id = add_duty(engine, workspace_id=workspace)
+    ensure_partitions(engine, ["2026-08"])
+    orphan = _task_row(duty_id + 1000, workspace)
+    with engine.connect() as conn:
+        earlier = conn.execute(text("SELECT CAST(pg_current_xact_id() AS text)")).scalar_one()
+        conn.commit()
+        for value, local in ((earlier, True), ("on", True), ("true", False), (earlier, False)):
+            conn.execute(text("SELECT set_config('rota.task_duties_held', :v, :local)"), {"v": value, "local": local})
+            with pytest.raises(IntegrityError, match=f"duty {duty_id + 1000} of workspace"):
+                conn.execute(insert(task), [orphan])
+            conn.rollback()
+        conn.execute(text("RESET rota.task_duties_held"))
+    with tenant(database_url, workspace) as conn:
+        conn.execute("SELECT set_config('rota.task_duties_held', CAST(pg_current_xact_id() AS text), true)")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("INSERT INTO task (duty_id, period_key, workspace_id, period_start, due_date, visible_from) "
+                         "VALUES (%s, '2026-08', %s, '2026-08-01', '2026-08-31', '2026-08-31')", (duty_id, workspace))
+
+
 def test_a_duty_with_tasks_cannot_be_deleted_moved_or_truncated_alone(database_url, engine, workspace):
     duty_id = add_duty(engine, workspace_id=workspace)
     spare = add_duty(engine, workspace_id=workspace)
