@@ -8,6 +8,7 @@ import uuid
 import psycopg
 
 from sqlalchemy import Connection, Engine, insert, make_url, select, text
+from sqlalchemy.exc import DBAPIError
 
 from pipelines.planner import DutyRow
 from pipelines.schema import duty, task
@@ -138,3 +139,15 @@ def wait_until_blocked_by(engine: Engine, blocker: Connection, what: str, timeou
             assert time.monotonic() < deadline, f"{what} never waited"
             observer.rollback()  # pg_stat_activity is a snapshot per transaction
             time.sleep(0.05)
+
+
+def delete_duty_with_its_tasks(engine: Engine, duty_id: int, outcome: dict) -> None:
+    """Delete a duty's tasks, then the duty, in one transaction; `outcome` gets `deleted`
+    or the error."""
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DELETE FROM task WHERE duty_id = :d"), {"d": duty_id})
+            conn.execute(text("DELETE FROM duty WHERE id = :d"), {"d": duty_id})
+        outcome["deleted"] = True
+    except DBAPIError as error:
+        outcome["error"] = str(error)

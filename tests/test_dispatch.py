@@ -8,7 +8,6 @@ from datetime import date, timedelta
 
 import pytest
 from sqlalchemy import create_engine, text, update
-from sqlalchemy.exc import DBAPIError
 
 from pipelines.completeness import gaps_after
 from pipelines.dispatch import dispatch, ensure_partitions
@@ -19,6 +18,7 @@ from resources.server import driver_url
 from tests.helpers import (
     add_duty,
     database_fingerprint,
+    delete_duty_with_its_tasks,
     duty_values,
     insert_duties,
     keys_by_duty,
@@ -325,17 +325,7 @@ def test_a_deletion_after_a_pages_write_waits_for_the_page_and_fails(database_ur
             requested=months("2026-08", "2026-08"))))
         writer.start()
         wait_until_blocked_by(engine, hold, "the page, after its write")
-
-        def delete():
-            try:
-                with engine.begin() as conn:
-                    conn.execute(text("DELETE FROM task WHERE duty_id = :d"), {"d": victim})
-                    conn.execute(text("DELETE FROM duty WHERE id = :d"), {"d": victim})
-                outcome["deleted"] = True
-            except DBAPIError as error:
-                outcome["error"] = str(error)
-
-        deleter = threading.Thread(target=delete)
+        deleter = threading.Thread(target=delete_duty_with_its_tasks, args=(engine, victim, outcome))
         deleter.start()
         _waiting_or_done(engine, "DELETE FROM duty", deleter)
         hold.execute(text("SELECT pg_advisory_unlock(4242)"))

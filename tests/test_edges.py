@@ -23,7 +23,15 @@ from pipelines.queue import enqueue_scheduled, register_job
 from pipelines.schema import FREQUENCIES, MAX_LEAD_DAYS, duty, task
 from resources.server import driver_url
 from tests.test_dagster import run_asset
-from tests.helpers import add_duty, duty_values, insert_duties, task_keys, tenant, wait_until_blocked_by
+from tests.helpers import (
+    add_duty,
+    delete_duty_with_its_tasks,
+    duty_values,
+    insert_duties,
+    task_keys,
+    tenant,
+    wait_until_blocked_by,
+)
 
 
 def _scheduled(engine, frequency, tick):
@@ -140,16 +148,6 @@ def _orphans(engine) -> int:
         )).scalar_one()
 
 
-def _delete_duty_with_its_tasks(engine, duty_id, outcome):
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("DELETE FROM task WHERE duty_id = :d"), {"d": duty_id})
-            conn.execute(text("DELETE FROM duty WHERE id = :d"), {"d": duty_id})
-        outcome["deleted"] = True
-    except DBAPIError as error:
-        outcome["error"] = str(error)
-
-
 def test_an_insert_in_flight_holds_off_the_deletion_of_its_duty(database_url, engine, workspace):
     """Any role's task insert: the deletion of the duty waits for it and then fails."""
     duty_id = add_duty(engine, workspace_id=workspace)
@@ -158,7 +156,7 @@ def test_an_insert_in_flight_holds_off_the_deletion_of_its_duty(database_url, en
     outcome = {}
     with writer.connect() as inserting:
         inserting.execute(insert(task), [_task_row(duty_id, workspace)])  # uncommitted
-        deleter = threading.Thread(target=_delete_duty_with_its_tasks, args=(engine, duty_id, outcome))
+        deleter = threading.Thread(target=delete_duty_with_its_tasks, args=(engine, duty_id, outcome))
         deleter.start()
         wait_until_blocked_by(engine, inserting, "the duty's deletion")
         inserting.commit()
