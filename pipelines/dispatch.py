@@ -1,11 +1,14 @@
 """The dispatch writer: reads duties in keyset pages, plans each page, writes the tasks.
 
-Every write is one set-based statement per page (`INSERT … SELECT … ON CONFLICT ON
-CONSTRAINT task_dispatch_identity DO NOTHING RETURNING`) over rows copied into a
-temporary table. Rows that already exist are filtered out inside the statement, so a
-run that changes nothing writes nothing, not even a consumed identity value; `ON
-CONFLICT` stays the guard against a racing writer. The dispatcher never updates or
-deletes a task.
+Each page is one transaction, written one of two ways. A page whose every task lies
+after its duty's last_dispatched_period (none of them should exist) moves its duties
+in one UPDATE and COPYs its tasks. Any other page is one set-based statement (`INSERT …
+SELECT … RETURNING`) over rows copied into a temporary table, which filters out the
+rows that already exist, so a run that changes nothing writes nothing, not even a
+consumed identity value. On either path, a task a racing writer made first makes
+task_dispatch_identity refuse the page, which is written again with `ON CONFLICT ON
+CONSTRAINT task_dispatch_identity DO NOTHING`. The dispatcher never updates or deletes
+a task.
 """
 
 import logging
@@ -32,7 +35,7 @@ DEADLOCK_RETRIES = 8
 
 _READ_PAGE = """
     SELECT id, kind, frequency, timezone, lead_days, effective_from, effective_to, state,
-           complete_from, complete_through, CAST(CAST(d.xmin AS text) AS bigint)
+           complete_from, complete_through, CAST(CAST(d.xmin AS text) AS bigint), last_dispatched_period
     FROM duty d
     {local_dates}
     WHERE frequency = %(frequency)s AND kind = 'recurring' AND state = 'active' AND id > %(after)s
@@ -194,6 +197,30 @@ _WRITE_OFFERED = """
     UNION ALL
     SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key
 """
+# The bulk path, for a page whose every task lies after its duty's last_dispatched_period
+# (Plan.after_dispatched): none of them should exist, so nothing is asked of task. The
+# duties move first, and that UPDATE's row locks hold each of them, workspace included,
+# until commit: the foreign key's lock, taken once per duty (the page vouches for it,
+# _PAGE_SETTINGS). Their tasks then go in by COPY, which PostgreSQL inserts a batch at a
+# time (migration 0013), with the workspace the UPDATE returned: a duty deleted or moved
+# to another frequency before the UPDATE returns nothing and gets no task. A task that
+# exists after all (a racing writer's) makes task_dispatch_identity refuse the COPY, and
+# the page is written again by the anti-join with ON CONFLICT, as on the other path.
+_ADVANCE_NEW = """
+    UPDATE duty d
+    SET last_dispatched_period = greatest(d.last_dispatched_period, p.period_key),
+        complete_from = CASE WHEN p.span_from IS NULL THEN d.complete_from
+                             WHEN CAST(CAST(d.xmin AS text) AS bigint) = o.version THEN p.span_from END,
+        complete_through = CASE WHEN p.span_from IS NULL THEN d.complete_through
+                                WHEN CAST(CAST(d.xmin AS text) AS bigint) = o.version THEN p.span_through END
+    FROM offered_duty o
+    JOIN offered_period p ON p.period_group = o.period_group AND p.period_index = o.last_index
+    WHERE d.id = o.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
+    RETURNING d.id, d.workspace_id
+"""
+_COPY_TASKS = ("COPY task (duty_id, period_key, workspace_id, period_start, due_date, visible_from) "
+               "FROM STDIN (FORMAT BINARY)")
+_TASK_TYPES = ["int8", "text", "uuid", "date", "date", "date"]
 # A partition's share of task_dispatch_identity is named after it (migration 0009), and a
 # duplicate is reported under the partition's name.
 IDENTITY = "task_dispatch_identity"
@@ -226,6 +253,9 @@ class DispatchReport:
     periods: Counter = field(default_factory=Counter)
     unplannable: dict[int, str] = field(default_factory=dict)
     deadlocks_retried: int = 0
+    # Pages written by the bulk path, and pages written again around tasks that existed.
+    pages_copied: int = 0
+    pages_written_again: int = 0
 
     def total(self, outcome: str) -> int:
         return sum(n for (_, o), n in self.counts.items() if o == outcome)
@@ -278,19 +308,21 @@ def _used_periods(page_plan: Plan) -> dict[int, tuple[int, int]]:
 class PageWritten:
     created: dict[int, int]
     created_by_period: dict[str, int]
-    deadlocks_retried: int
+    deadlocks_retried: int = 0
+    copied: bool = False
+    written_again: bool = False
 
 
 def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
     """Write one page's tasks in one transaction."""
     if not page_plan.slices:
-        return PageWritten({}, {}, 0)
+        return PageWritten({}, {})
 
     used = _used_periods(page_plan)
     keys = sorted({page_plan.groups[group][index][0]
                    for group, (first, last) in used.items() for index in range(first, last + 1)})
 
-    def work(write: str) -> list[tuple]:
+    def work(write: str | None) -> PageWritten:
         with engine.begin() as conn:
             cursor = conn.connection.driver_connection.cursor()
             cursor.execute(_PAGE_SETTINGS)
@@ -310,17 +342,44 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
             # The page's frequency and id range let the duty lookups use duty_dispatch_scan_idx.
             bounds = {"frequency": frequency, "first_id": page_plan.slices[0].duty_id,
                       "last_id": page_plan.slices[-1].duty_id, "keys": keys}
-            return cursor.execute(write, bounds).fetchall()
+            if write is None:
+                return _copy_tasks(cursor, page_plan, dict(cursor.execute(_ADVANCE_NEW, bounds).fetchall()))
+            rows = cursor.execute(write, bounds).fetchall()
+            return PageWritten({duty_id: n for duty_id, key, n in rows if key is None},
+                               {key: n for duty_id, key, n in rows if key is not None})
 
     try:
-        rows, retried = _retrying_deadlocks(lambda: work(_INSERT_NEW))
+        written, retried = _retrying_deadlocks(lambda: work(None if page_plan.after_dispatched else _INSERT_NEW))
     except pg_errors.UniqueViolation as error:  # the page's own cursor is psycopg's, unwrapped
         if not (error.diag.constraint_name or "").startswith(IDENTITY):
             raise
         log.info("a racing writer made some of this page's tasks first; writing the page again around them")
-        rows, retried = _retrying_deadlocks(lambda: work(_INSERT_RACING))
-    return PageWritten({duty_id: n for duty_id, key, n in rows if key is None},
-                       {key: n for duty_id, key, n in rows if key is not None}, retried)
+        written, retried = _retrying_deadlocks(lambda: work(_INSERT_RACING))
+        written.written_again = True
+    written.deadlocks_retried = retried
+    return written
+
+
+def _copy_tasks(cursor, page_plan: Plan, workspace_of: dict) -> PageWritten:
+    """The bulk path's COPY: the tasks of every duty the page's UPDATE holds, in identity
+    order, each with the workspace that UPDATE read."""
+    created: dict[int, int] = {}
+    by_index: Counter = Counter()
+    with cursor.copy(_COPY_TASKS) as copy:
+        copy.set_types(_TASK_TYPES)
+        for s in page_plan.slices:
+            workspace = workspace_of.get(s.duty_id)
+            if workspace is None:
+                continue
+            created[s.duty_id] = s.last - s.first + 1
+            by_index[(s.group, s.first, s.last)] += 1
+            for key, start, due, visible in page_plan.groups[s.group][s.first:s.last + 1]:
+                copy.write_row((s.duty_id, key, workspace, start, due, visible))
+    by_period: Counter = Counter()
+    for (group, first, last), n in by_index.items():
+        for period in page_plan.groups[group][first:last + 1]:
+            by_period[period.key] += n
+    return PageWritten(created, dict(by_period), copied=True)
 
 
 def ensure_partitions(engine: Engine, keys: list[str]) -> None:
@@ -345,6 +404,8 @@ def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten
         else:
             report.periods[(key, outcome)] += n
     report.deadlocks_retried += written.deadlocks_retried
+    report.pages_copied += written.copied
+    report.pages_written_again += written.written_again
 
 
 def local_today(instant: datetime) -> tuple[str, dict]:

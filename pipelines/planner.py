@@ -39,6 +39,9 @@ class DutyRow(NamedTuple):
     complete_from: str | None = None
     complete_through: str | None = None
     version: int = 0
+    # The newest period the dispatcher wrote for it: a plan whose every task lies after
+    # it can go to the writer's bulk path (Plan.after_dispatched). Never a reason to skip.
+    last_dispatched_period: str | None = None
 
 
 class TaskRow(NamedTuple):
@@ -91,6 +94,9 @@ class Plan:
     periods: Counter = field(default_factory=Counter)
     unplannable: dict[int, str] = field(default_factory=dict)
     timezone_of: dict[int, str] = field(default_factory=dict)
+    # Every offered task lies after its duty's last_dispatched_period, so none is expected
+    # to exist yet: only a racing writer or a task made outside the dispatcher has one.
+    after_dispatched: bool = True
 
     @property
     def size(self) -> int:
@@ -233,6 +239,8 @@ def plan(
             add("offered", first, stop)
             if stop > first:
                 result.slices.append(Slice(duty.id, group, first, stop - 1, duty.version))
+                if duty.last_dispatched_period is not None and keys[first] <= duty.last_dispatched_period:
+                    result.after_dispatched = False
         result.counts[(timezone, "skipped")] += counted * (beyond + len(later))
         for key in later:
             result.periods[(key, "skipped")] += counted

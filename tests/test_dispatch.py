@@ -215,6 +215,32 @@ def test_the_dispatcher_never_touches_a_task_a_racing_writer_just_made(engine, c
         assert conn.execute(text("SELECT status FROM task")).scalar_one() == "done"
 
 
+def test_a_task_past_the_mark_sends_the_copied_page_around_it(engine, caplog):
+    """A page whose tasks all lie past their duties' last_dispatched_period is COPYed; a
+    task already there (made behind the dispatcher's back, committed) makes the COPY fail
+    on task_dispatch_identity, and the page is written again around it: the others are
+    made, the task is left as it was, and the report counts it as existing."""
+    caplog.set_level(logging.INFO, logger="pipelines.dispatch")
+    ids = many_duties(engine, count=30)
+    ensure_partitions(engine, ["2026-08"])
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO task (duty_id, workspace_id, period_key, period_start, due_date, visible_from, status) "
+            "SELECT id, workspace_id, '2026-08', '2026-08-01', '2026-08-31', '2026-08-31', 'done' "
+            "FROM duty WHERE id = :id"), {"id": ids[11]})
+        made = conn.execute(text("SELECT xmin::text FROM task")).scalar_one()
+    report = run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-08"))
+    assert (report.pages_copied, report.pages_written_again) == (0, 1)
+    assert report.for_period("2026-08") == {"created": 29, "existing": 1, "skipped": 0, "outside_window": 0}
+    assert "a racing writer made some of this page's tasks first" in caplog.text
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT xmin::text, status FROM task WHERE duty_id = :d"),
+                            {"d": ids[11]}).one() == (made, "done")
+    assert {duty_id: keys for duty_id, keys in keys_by_duty(engine).items()} == {d: ["2026-08"] for d in ids}
+    # The next month's page lies past every mark again, and is COPYed.
+    assert run(engine, "2026-09-20T12:00:00Z", months("2026-09", "2026-09")).pages_copied == 1
+
+
 def test_a_thirteen_month_backfill_makes_exactly_the_expected_keys(engine):
     plain = add_duty(engine, timezone="Pacific/Chatham")
     closed = add_duty(engine, effective_from=date(2025, 1, 1), effective_to=date(2025, 12, 31))

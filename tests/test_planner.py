@@ -165,6 +165,26 @@ def test_backfill_never_goes_beyond_what_a_scheduled_run_would_create():
     assert result.counts[("UTC", "skipped")] == 3
 
 
+@pytest.mark.parametrize("marks, after", [
+    ((None, None), True),
+    (("2026-06", None), True),
+    (("2026-06", "2026-07"), False),  # its first task, 2026-07, is not after the mark
+    (("2026-06", "2026-09"), False),  # a later backfill moved the mark past periods still to make
+])
+def test_a_plan_is_after_the_dispatched_marks_only_when_every_duty_starts_past_its_own(marks, after):
+    """after_dispatched chooses the writer's path and nothing else: the tasks are the same."""
+    requested = periods_between(period_containing("monthly", date(2026, 7, 1)),
+                                period_containing("monthly", date(2026, 8, 1)))
+    duties = [duty_row(1), duty_row(2, lead_days=45)]
+    marked = [d._replace(last_dispatched_period=mark) for d, mark in zip(duties, marks)]
+    unmarked = plan(duties, frequency="monthly", mode=Mode.BACKFILL, as_of=at("2026-08-21T12:00:00Z"),
+                    requested=requested)
+    result = plan(marked, frequency="monthly", mode=Mode.BACKFILL, as_of=at("2026-08-21T12:00:00Z"),
+                  requested=requested)
+    assert result.after_dispatched is after
+    assert result.tasks == unmarked.tasks and result.counts == unmarked.counts
+
+
 def test_an_unknown_zone_is_reported_by_duty_and_does_not_stop_the_others():
     duties = [duty_row(1, timezone="Mars/Olympus_Mons"), duty_row(2)]
     result = plan(duties, frequency="monthly", mode=Mode.SCHEDULED, as_of=at("2026-08-31T12:00:00Z"),

@@ -205,6 +205,31 @@ def test_a_task_must_name_an_existing_duty_of_its_own_workspace(engine, workspac
         conn.execute(text("UPDATE task SET duty_id = :d"), {"d": other})
 
 
+def test_every_unvouched_task_is_checked_by_copy_and_straight_into_a_partition(engine, workspace):
+    """The check is a row trigger, which PostgreSQL clones onto every partition (migration
+    0013): an orphan COPYed into task, or inserted into a partition by name, is refused
+    like one inserted through task. And task has no insert trigger with a transition
+    table, which would make COPY insert one row at a time."""
+    duty_id = add_duty(engine, workspace_id=workspace)
+    ensure_partitions(engine, ["2026-08"])
+    orphan = (duty_id + 1000, "2026-08", workspace, date(2026, 8, 1), date(2026, 8, 31), date(2026, 8, 31))
+    with pytest.raises(IntegrityError, match=f"duty {duty_id + 1000} of workspace"):
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO task_2026_08_a (id, duty_id, period_key, workspace_id, period_start, "
+                              "due_date, visible_from) VALUES (424242, :d, :k, :w, :s, :e, :v)"),
+                         dict(zip("dkwsev", orphan)))
+    with engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        with pytest.raises(psycopg.errors.ForeignKeyViolation, match=f"duty {duty_id + 1000} of workspace"):
+            with cursor.copy("COPY task (duty_id, period_key, workspace_id, period_start, due_date, visible_from) "
+                             "FROM STDIN") as copy:
+                copy.write_row(orphan)
+        conn.connection.driver_connection.rollback()  # the COPY went around SQLAlchemy's transaction
+        assert conn.execute(text("SELECT count(*) FROM task")).scalar_one() == 0
+        assert conn.execute(text("SELECT count(*) FROM pg_trigger "
+                                 "WHERE tgrelid = 'task'::regclass AND tgnewtable IS NOT NULL")).scalar_one() == 0
+
+
 def test_only_the_transaction_that_vouches_for_its_duties_skips_the_check(database_url, engine, workspace):
     """A dispatch page vouches for its rows by setting rota.task_duties_held to its own
     transaction id (migration 0012). Any other value, a session-wide one left on a pooled
