@@ -13,19 +13,20 @@ a task.
 
 import logging
 import random
+import struct
 import time
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Callable, TypeVar
+from datetime import date, datetime
+from typing import Callable, Iterator, TypeVar
 
 from psycopg import errors as pg_errors
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from pipelines.periods import Period, following, local_dates
-from pipelines.planner import DutyRow, Mode, Plan, plan
+from pipelines.planner import DutyRow, Mode, PeriodRow, Plan, Slice, plan
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,8 @@ _WRITE_OFFERED = """
 # time (migration 0013), with the workspace the UPDATE returned: a duty deleted or moved
 # to another frequency before the UPDATE returns nothing and gets no task. A task that
 # exists after all (a racing writer's) makes task_dispatch_identity refuse the COPY, and
-# the page is written again by the anti-join with ON CONFLICT, as on the other path.
+# the page is written again by the anti-join with ON CONFLICT, as on the other path. The
+# workspace comes back as uuid_send's 16 bytes, the COPY's binary field as it stands.
 _ADVANCE_NEW = """
     UPDATE duty d
     SET last_dispatched_period = greatest(d.last_dispatched_period, p.period_key),
@@ -216,11 +218,37 @@ _ADVANCE_NEW = """
     FROM offered_duty o
     JOIN offered_period p ON p.period_group = o.period_group AND p.period_index = o.last_index
     WHERE d.id = o.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
-    RETURNING d.id, d.workspace_id
+    RETURNING d.id, uuid_send(d.workspace_id)
 """
-_COPY_TASKS = ("COPY task (duty_id, period_key, workspace_id, period_start, due_date, visible_from) "
+# The temporary tables have no statistics, so the planner expects a few hundred duties
+# and probes duty_pkey once for each of the 20,000: 43 of a page's 100 ms (EXPLAIN
+# ANALYZE, a monthly page). Without nested loops it reads the page's id range of
+# duty_dispatch_scan_idx once and hashes (60 ms in all).
+_ADVANCE_SETTINGS = "SELECT set_config('enable_nestloop', 'off', true)"
+# The bulk path's COPY is written in PostgreSQL's binary COPY format directly: a row is
+# its duty's fields followed by its period's, so a duty's tasks are one join of bytes made
+# once per duty and once per period. psycopg's write_row formats every field of every row
+# instead: 1.4 of the dispatcher's 9 s of Python at a million duties (py-spy), with the
+# workspaces loaded as UUID objects only to be dumped again.
+_COPY_TASKS = ("COPY task (duty_id, workspace_id, period_key, period_start, due_date, visible_from) "
                "FROM STDIN (FORMAT BINARY)")
-_TASK_TYPES = ["int8", "text", "uuid", "date", "date", "date"]
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature; no flags, no header extension
+_COPY_TRAILER = b"\xff\xff"
+_DATE_EPOCH = date(2000, 1, 1).toordinal()  # a binary date counts days from it
+
+
+def _period_fields(period: PeriodRow) -> bytes:
+    """period_key, period_start, due_date and visible_from of a task row, in binary."""
+    key = period.key.encode()
+    return struct.pack(f">i{len(key)}siiiiii", len(key), key, 4, period.start.toordinal() - _DATE_EPOCH,
+                       4, period.end.toordinal() - _DATE_EPOCH, 4, period.visible_from.toordinal() - _DATE_EPOCH)
+
+
+def _duty_fields(duty_id: int, workspace: bytes) -> bytes:
+    """A task row's field count, duty_id and workspace_id, in binary."""
+    return struct.pack(">hiqi", 6, 8, duty_id, 16) + workspace
+
+
 # A partition's share of task_dispatch_identity is named after it (migration 0009), and a
 # duplicate is reported under the partition's name.
 IDENTITY = "task_dispatch_identity"
@@ -294,20 +322,13 @@ def _retrying_deadlocks(work: Callable[[], T]) -> tuple[T, int]:
     raise AssertionError("unreachable")
 
 
-def _used_periods(page_plan: Plan) -> dict[int, tuple[int, int]]:
-    """Per group, the span of period indexes some slice uses: a group with a long lead
-    has hundreds of candidate periods, of which a steady-state run needs a handful."""
-    used: dict[int, tuple[int, int]] = {}
-    for s in page_plan.slices:
-        first, last = used.get(s.group, (s.first, s.last))
-        used[s.group] = (min(first, s.first), max(last, s.last))
-    return used
-
-
 @dataclass
 class PageWritten:
-    created: dict[int, int]
+    # Per duty, the tasks made; None on the bulk path, which made every slice whole but
+    # those of `missed` (duties gone before its UPDATE).
+    created: dict[int, int] | None
     created_by_period: dict[str, int]
+    missed: list[Slice] = field(default_factory=list)
     deadlocks_retried: int = 0
     copied: bool = False
     written_again: bool = False
@@ -318,7 +339,7 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
     if not page_plan.slices:
         return PageWritten({}, {})
 
-    used = _used_periods(page_plan)
+    used = {group: span for group, span in enumerate(page_plan.used) if span}
     keys = sorted({page_plan.groups[group][index][0]
                    for group, (first, last) in used.items() for index in range(first, last + 1)})
 
@@ -343,7 +364,8 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
             bounds = {"frequency": frequency, "first_id": page_plan.slices[0].duty_id,
                       "last_id": page_plan.slices[-1].duty_id, "keys": keys}
             if write is None:
-                return _copy_tasks(cursor, page_plan, dict(cursor.execute(_ADVANCE_NEW, bounds).fetchall()))
+                cursor.execute(_ADVANCE_SETTINGS)
+                return _copy_tasks(cursor, page_plan, used, dict(cursor.execute(_ADVANCE_NEW, bounds).fetchall()))
             rows = cursor.execute(write, bounds).fetchall()
             return PageWritten({duty_id: n for duty_id, key, n in rows if key is None},
                                {key: n for duty_id, key, n in rows if key is not None})
@@ -360,26 +382,28 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
     return written
 
 
-def _copy_tasks(cursor, page_plan: Plan, workspace_of: dict) -> PageWritten:
+def _copy_tasks(cursor, page_plan: Plan, used: dict[int, tuple[int, int]],
+                workspace_of: dict[int, bytes]) -> PageWritten:
     """The bulk path's COPY: the tasks of every duty the page's UPDATE holds, in identity
     order, each with the workspace that UPDATE read."""
-    created: dict[int, int] = {}
-    by_index: Counter = Counter()
+    fields = {group: (first, [_period_fields(period) for period in page_plan.groups[group][first:last + 1]])
+              for group, (first, last) in used.items()}
+    parts, missed = [_COPY_HEADER], []
+    for s in page_plan.slices:
+        workspace = workspace_of.get(s.duty_id)
+        if workspace is None:
+            missed.append(s)
+            continue
+        offset, periods = fields[s.group]
+        duty = _duty_fields(s.duty_id, workspace)
+        parts.append(duty + duty.join(periods[s.first - offset:s.last - offset + 1]))
+    parts.append(_COPY_TRAILER)
     with cursor.copy(_COPY_TASKS) as copy:
-        copy.set_types(_TASK_TYPES)
-        for s in page_plan.slices:
-            workspace = workspace_of.get(s.duty_id)
-            if workspace is None:
-                continue
-            created[s.duty_id] = s.last - s.first + 1
-            by_index[(s.group, s.first, s.last)] += 1
-            for key, start, due, visible in page_plan.groups[s.group][s.first:s.last + 1]:
-                copy.write_row((s.duty_id, key, workspace, start, due, visible))
-    by_period: Counter = Counter()
-    for (group, first, last), n in by_index.items():
-        for period in page_plan.groups[group][first:last + 1]:
-            by_period[period.key] += n
-    return PageWritten(created, dict(by_period), copied=True)
+        copy.write(b"".join(parts))
+    by_period = Counter({key: n for (key, outcome), n in page_plan.periods.items() if outcome == "offered"})
+    for s in missed:
+        by_period.subtract(period.key for period in page_plan.groups[s.group][s.first:s.last + 1])
+    return PageWritten(None, dict(by_period), missed, copied=True)
 
 
 def ensure_partitions(engine: Engine, keys: list[str]) -> None:
@@ -391,11 +415,17 @@ def ensure_partitions(engine: Engine, keys: list[str]) -> None:
 
 
 def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten) -> None:
-    for s in page_plan.slices:
-        timezone = page_plan.timezone_of[s.duty_id]
-        made = written.created.get(s.duty_id, 0)
-        report.counts[(timezone, "created")] += made
-        report.counts[(timezone, "existing")] += s.last - s.first + 1 - made
+    made: Counter = Counter()
+    if written.created is None:
+        made.update(page_plan.offered)
+        for s in written.missed:
+            made[page_plan.timezone_of[s.duty_id]] -= s.last - s.first + 1
+    else:
+        for duty_id, n in written.created.items():
+            made[page_plan.timezone_of[duty_id]] += n
+    for timezone, offered in page_plan.offered.items():
+        report.counts[(timezone, "created")] += made[timezone]
+        report.counts[(timezone, "existing")] += offered - made[timezone]
     for (key, outcome), n in page_plan.periods.items():
         if outcome == "offered":
             made = written.created_by_period.get(key, 0)
@@ -450,6 +480,15 @@ def read_pages(engine: Engine, frequency: str, page_size: int, scheduled_at: dat
         after = rows[-1][0]
 
 
+def _read_ahead(pages: Iterator[list[DutyRow]], reader: ThreadPoolExecutor) -> Iterator[list[DutyRow]]:
+    """`pages`, each next one read while the last is planned: a read mostly waits on the
+    server, and planning needs the interpreter."""
+    coming = reader.submit(next, pages, None)
+    while (page := coming.result()) is not None:
+        coming = reader.submit(next, pages, None)
+        yield page
+
+
 def dispatch(
     engine: Engine,
     *,
@@ -482,8 +521,9 @@ def dispatch(
         _count_written(report, page_plan, writing.result())
 
     try:
-        with ThreadPoolExecutor(max_workers=writers, thread_name_prefix=f"dispatch-{frequency}") as pool:
-            for page in read_pages(engine, frequency, page_size, scheduled_at):
+        with ThreadPoolExecutor(max_workers=writers, thread_name_prefix=f"dispatch-{frequency}") as pool, \
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"read-{frequency}") as reader:
+            for page in _read_ahead(read_pages(engine, frequency, page_size, scheduled_at), reader):
                 report.pages += 1
                 report.duties_read += len(page)
                 page_plan = plan(page, frequency=frequency, mode=mode, as_of=as_of, requested=requested)

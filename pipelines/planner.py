@@ -94,6 +94,11 @@ class Plan:
     periods: Counter = field(default_factory=Counter)
     unplannable: dict[int, str] = field(default_factory=dict)
     timezone_of: dict[int, str] = field(default_factory=dict)
+    # timezone -> tasks offered (the slices' sizes), and per group the first and last
+    # period index some slice uses (None if none does): a group with a long lead has
+    # hundreds of candidate periods, of which a steady-state run needs a handful.
+    offered: Counter = field(default_factory=Counter)
+    used: list[tuple[int, int] | None] = field(default_factory=list)
     # Every offered task lies after its duty's last_dispatched_period, so none is expected
     # to exist yet: only a racing writer or a task made outside the dispatcher has one.
     after_dispatched: bool = True
@@ -218,13 +223,23 @@ def plan(
                 ranges[outcome][start] += 1
                 ranges[outcome][end] -= 1
 
-        counted = 0
+        counted = offered = whole = 0
+        lowest, highest = count, -1
         for duty in members:
             windowed = duty.effective_from is not None or duty.effective_to is not None
             if scheduled and windowed and not _in_window(duty, today):
                 continue
             counted += 1
             proven = scheduled and keys and duty.complete_from is not None and duty.complete_from <= keys[0]
+            if not windowed and not proven:
+                # Offered every candidate, as most duties on a first run or after a span
+                # was cleared: counted for the whole group below, not period by period.
+                if count:
+                    whole += 1
+                    result.slices.append(Slice(duty.id, group, 0, count - 1, duty.version))
+                    if duty.last_dispatched_period is not None and keys[0] <= duty.last_dispatched_period:
+                        result.after_dispatched = False
+                continue
             done = bisect_right(keys, duty.complete_through) if proven else 0
             first, stop = done, count
             if windowed:
@@ -239,8 +254,18 @@ def plan(
             add("offered", first, stop)
             if stop > first:
                 result.slices.append(Slice(duty.id, group, first, stop - 1, duty.version))
+                offered += stop - first
+                lowest, highest = min(lowest, first), max(highest, stop - 1)
                 if duty.last_dispatched_period is not None and keys[first] <= duty.last_dispatched_period:
                     result.after_dispatched = False
+        if whole:
+            ranges["offered"][0] += whole
+            ranges["offered"][count] -= whole
+            offered += whole * count
+            lowest, highest = 0, count - 1
+        result.used.append((lowest, highest) if offered else None)
+        if offered:
+            result.offered[timezone] += offered
         result.counts[(timezone, "skipped")] += counted * (beyond + len(later))
         for key in later:
             result.periods[(key, "skipped")] += counted

@@ -136,8 +136,10 @@ def test_a_terminated_connection_fails_the_run_loudly_and_the_next_run_heals(dat
     def terminator():
         with psycopg.connect(libpq_url(database_url), autocommit=True) as admin:
             while not terminated.is_set():
+                # A page writes its tasks by COPY (the bulk path) or by INSERT (any other).
                 pids = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'rota-victim' "
-                                     "AND query LIKE '%%INSERT INTO task%%' AND state = 'active'").fetchall()
+                                     "AND (query LIKE 'COPY task %%' OR query LIKE '%%INSERT INTO task%%') "
+                                     "AND state = 'active'").fetchall()
                 for (pid,) in pids:
                     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
                     terminated.set()
