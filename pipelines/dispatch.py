@@ -11,6 +11,7 @@ CONSTRAINT task_dispatch_identity DO NOTHING`. The dispatcher never updates or d
 a task.
 """
 
+import gc
 import logging
 import random
 import struct
@@ -520,6 +521,11 @@ def dispatch(
         at_page, page_plan, writing = in_flight.popleft()
         _count_written(report, page_plan, writing.result())
 
+    # Pages make millions of short-lived objects, and each full pass of the garbage
+    # collector would also walk every object the process held before the run: a Dagster
+    # run's whole framework (a million-duty run through Dagster took 17.7 s with it walked,
+    # 15.1 s frozen). What the run makes is collected as usual, and the freeze ends with it.
+    gc.freeze()
     try:
         with ThreadPoolExecutor(max_workers=writers, thread_name_prefix=f"dispatch-{frequency}") as pool, \
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"read-{frequency}") as reader:
@@ -541,4 +547,6 @@ def dispatch(
             f"({report.total('created')} tasks created in the pages written before it, which stay; "
             f"the next run creates the rest): {getattr(error, 'orig', error)}"
         ) from error
+    finally:
+        gc.unfreeze()
     return report

@@ -383,3 +383,33 @@ def test_the_scheduled_read_uses_the_planners_calendar_where_the_tz_databases_di
     # calendar took the span as covering today, and the task was never made.
     assert postgres_day in (python_day, python_day - timedelta(days=1))
     assert task_keys(engine, duty_id) == [python_day.isoformat()]
+
+
+def test_a_dispatch_freezes_the_collectors_old_objects_only_while_it_runs(engine, monkeypatch):
+    """dispatch() keeps the garbage collector off the process's older objects while its
+    pages run, and hands them back whether it returns or fails: frozen for good, a cycle
+    among them would never be collected."""
+    import gc
+
+    from pipelines import dispatch as dispatch_module
+
+    add_duty(engine)
+    before = gc.get_freeze_count()
+    during = []
+    real_plan = dispatch_module.plan
+
+    def watched(*args, **kwargs):
+        during.append(gc.get_freeze_count())
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch_module, "plan", watched)
+    run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-08"))
+    assert during and min(during) > before and gc.get_freeze_count() == before
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("planning failed")
+
+    monkeypatch.setattr(dispatch_module, "plan", failing)
+    with pytest.raises(RuntimeError, match="planning failed"):
+        run(engine, "2026-09-20T12:00:00Z", months("2026-09", "2026-09"))
+    assert gc.get_freeze_count() == before
