@@ -160,6 +160,14 @@ _OFFERED = """
 # version it planned from: anything that cleared the span since (a task deleted, the
 # window moved) left a newer version, and the periods the plan took as existing on the
 # old span's word are then unproven. A duty given no new task is not written at all.
+# A duty's marks after a page gave it tasks, from `n` (its newest new key, the version
+# it was planned from and its group's span): last_dispatched_period only forward, and
+# the span only onto the version planned from.
+_MOVE_MARKS = """SET last_dispatched_period = greatest(d.last_dispatched_period, n.period_key),
+            complete_from = CASE WHEN n.span_from IS NULL THEN d.complete_from
+                                 WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_from END,
+            complete_through = CASE WHEN n.span_from IS NULL THEN d.complete_through
+                                    WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_through END"""
 _WRITE_OFFERED = """
     WITH {offered},
     inserted AS (
@@ -184,11 +192,7 @@ _WRITE_OFFERED = """
     ),
     advanced AS (
         UPDATE duty d
-        SET last_dispatched_period = greatest(d.last_dispatched_period, n.period_key),
-            complete_from = CASE WHEN n.span_from IS NULL THEN d.complete_from
-                                 WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_from END,
-            complete_through = CASE WHEN n.span_from IS NULL THEN d.complete_through
-                                    WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_through END
+        {move_marks}
         FROM newest n
         WHERE d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
           AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < n.period_key
@@ -209,16 +213,13 @@ _WRITE_OFFERED = """
 # exists after all (a racing writer's) makes task_dispatch_identity refuse the COPY, and
 # the page is written again by the anti-join with ON CONFLICT, as on the other path. The
 # workspace comes back as uuid_send's 16 bytes, the COPY's binary field as it stands.
-_ADVANCE_NEW = """
+_ADVANCE_NEW = f"""
     UPDATE duty d
-    SET last_dispatched_period = greatest(d.last_dispatched_period, p.period_key),
-        complete_from = CASE WHEN p.span_from IS NULL THEN d.complete_from
-                             WHEN CAST(CAST(d.xmin AS text) AS bigint) = o.version THEN p.span_from END,
-        complete_through = CASE WHEN p.span_from IS NULL THEN d.complete_through
-                                WHEN CAST(CAST(d.xmin AS text) AS bigint) = o.version THEN p.span_through END
-    FROM offered_duty o
-    JOIN offered_period p ON p.period_group = o.period_group AND p.period_index = o.last_index
-    WHERE d.id = o.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
+    {_MOVE_MARKS}
+    FROM (SELECT o.duty_id, p.period_key, o.version, p.span_from, p.span_through
+          FROM offered_duty o
+          JOIN offered_period p ON p.period_group = o.period_group AND p.period_index = o.last_index) n
+    WHERE d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
     RETURNING d.id, uuid_send(d.workspace_id)
 """
 # The temporary tables have no statistics, so the planner expects a few hundred duties
@@ -256,8 +257,8 @@ IDENTITY = "task_dispatch_identity"
 # The page's partitions exist before its insert routes rows to them; the function takes
 # an advisory lock only when one is missing (the first night of a range, a backfill).
 _ENSURE_PARTITIONS = "SELECT rota_ensure_task_partitions(%s::text[])"
-_INSERT_NEW = _WRITE_OFFERED.format(offered=_OFFERED, on_conflict="")
-_INSERT_RACING = _WRITE_OFFERED.format(offered=_OFFERED,
+_INSERT_NEW = _WRITE_OFFERED.format(offered=_OFFERED, move_marks=_MOVE_MARKS, on_conflict="")
+_INSERT_RACING = _WRITE_OFFERED.format(offered=_OFFERED, move_marks=_MOVE_MARKS,
                                        on_conflict=f"ON CONFLICT ON CONSTRAINT {IDENTITY} DO NOTHING")
 
 

@@ -1,6 +1,7 @@
 """The dispatcher against a real PostgreSQL: idempotence, races, paging, the
 never-touch-a-task guarantee and last_dispatched_period."""
 
+import gc
 import logging
 import threading
 import time
@@ -9,6 +10,7 @@ from datetime import date, timedelta
 import pytest
 from sqlalchemy import create_engine, text, update
 
+from pipelines import dispatch as dispatch_module
 from pipelines.completeness import gaps_after
 from pipelines.dispatch import dispatch, ensure_partitions
 from pipelines.periods import local_date, open_range, parse_instant, period_containing, periods_between
@@ -389,10 +391,6 @@ def test_a_dispatch_freezes_the_collectors_old_objects_only_while_it_runs(engine
     """dispatch() keeps the garbage collector off the process's older objects while its
     pages run, and hands them back whether it returns or fails: frozen for good, a cycle
     among them would never be collected."""
-    import gc
-
-    from pipelines import dispatch as dispatch_module
-
     add_duty(engine)
     before = gc.get_freeze_count()
     during = []
