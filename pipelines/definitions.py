@@ -4,7 +4,6 @@ from dagster import Definitions
 
 from pipelines.assets import TASK_ASSETS
 from pipelines.queue_assets import QUEUE_ASSETS
-from pipelines.sources.nightly import nightly_maintenance
 from resources.alerts import alerts_from_env
 from resources.github import github_from_env
 from resources.postgres import postgres_from_env
@@ -17,7 +16,7 @@ from schedules.maintenance import MAINTENANCE_JOBS, MAINTENANCE_SCHEDULES
 from schedules.queue import QUEUE_JOBS, QUEUE_SENSORS
 
 defs = Definitions(
-    assets=[*TASK_ASSETS, *QUEUE_ASSETS, nightly_maintenance],
+    assets=[*TASK_ASSETS, *QUEUE_ASSETS],
     asset_checks=[*FRESHNESS_CHECKS],
     jobs=[*DISPATCH_JOBS.values(), *MAINTENANCE_JOBS, *QUEUE_JOBS, freshness_checks_job],
     schedules=[*DISPATCH_SCHEDULES, *MAINTENANCE_SCHEDULES, freshness_checks_schedule],

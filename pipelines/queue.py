@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Iterator
 from uuid import UUID
 
+import psycopg
 from sqlalchemy import ARRAY, BigInteger, Connection, Engine, Text, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -199,7 +200,11 @@ def enqueue_scheduled(conn: Connection | Engine, job_id: int, scheduled_for: dat
     A second call for the same pair meets `job_queue_schedule_identity` and returns
     AlreadyQueued with the existing run's id, however many schedulers race."""
     values = {"job_id": job_id, "scheduled_for": _aware(scheduled_for, "scheduled_for")}
-    with transaction(conn) as c:
+    # Given an Engine, the INSERT is a transaction of its own (autocommit): no BEGIN and
+    # COMMIT round trips around the one statement, on the path from a run's fire time to
+    # its start.
+    with (conn.connect().execution_options(isolation_level="AUTOCOMMIT") if isinstance(conn, Engine)
+          else transaction(conn)) as c:
         run_id = c.execute(_ENQUEUE_SCHEDULED, values).scalar()
         if run_id is not None:
             return Enqueued(run_id)
@@ -395,34 +400,23 @@ class ClaimedRun:
     source_ref: str | None
 
 
-_CLAIM = text(
-    """
-    WITH due AS (
-        SELECT q.id
-        FROM job_queue q
-        WHERE q.state = 'queued' AND q.run_at <= now()
-        ORDER BY q.run_at
-        LIMIT :limit
-        FOR UPDATE SKIP LOCKED
-    ),
-    claimed AS (
-        UPDATE job_queue q
-        SET state = CASE WHEN j.enabled THEN 'running' ELSE 'cancelled' END,
-            attempts = q.attempts + CASE WHEN j.enabled THEN 1 ELSE 0 END,
-            lease_owner = CASE WHEN j.enabled THEN CAST(:worker AS text) END,
-            lease_expires_at = CASE WHEN j.enabled THEN now() + make_interval(secs => :lease) END,
-            finished_at = CASE WHEN j.enabled THEN NULL ELSE now() END,
-            last_error = CASE WHEN j.enabled THEN q.last_error
-                         ELSE 'cancelled: job ' || j.name || ' was disabled after this run was queued' END,
-            updated_at = now()
-        FROM due, job j
-        WHERE q.id = due.id AND j.id = q.job_id
-        RETURNING q.id, q.job_id, j.name, q.workspace_id, q.attempts, j.max_attempts, q.payload,
-                  q.scheduled_for, q.event_id, q.source, q.source_ref, j.enabled
-    )
-    SELECT * FROM claimed WHERE enabled ORDER BY id
-    """
-)
+# Records a worker's finished runs and claims its next ones in one statement (migration
+# 0014's function, whose plan the server caches): one round trip and, on an autocommit
+# connection, one transaction, where a busy worker otherwise paid BEGIN, two statements
+# and COMMIT for every batch.
+_COMPLETE_AND_CLAIM = """
+    SELECT * FROM job_queue_complete_and_claim(
+        %(finished)s::bigint[], %(worker)s::text, %(limit)s::integer, %(lease)s::double precision)
+"""
+
+
+def _fetch(conn: Connection | Engine | psycopg.Connection, statement: str, values: dict | None = None) -> list:
+    """The rows of one psycopg-style statement, on a psycopg connection as it stands (in
+    autocommit, its own transaction), else in `transaction(conn)`."""
+    if isinstance(conn, psycopg.Connection):
+        return conn.execute(statement, values).fetchall()
+    with transaction(conn) as c:
+        return c.connection.driver_connection.execute(statement, values).fetchall()
 
 
 def claim_due_runs(conn: Connection | Engine, worker_id: str, limit: int, lease: timedelta) -> list[ClaimedRun]:
@@ -432,17 +426,17 @@ def claim_due_runs(conn: Connection | Engine, worker_id: str, limit: int, lease:
     return complete_and_claim(conn, worker_id, [], limit, lease)[1]
 
 
-def complete_and_claim(conn: Connection | Engine, worker_id: str, finished: list[int], limit: int,
-                       lease: timedelta) -> tuple[set[int], list[ClaimedRun]]:
+def complete_and_claim(conn: Connection | Engine | psycopg.Connection, worker_id: str, finished: list[int],
+                       limit: int, lease: timedelta) -> tuple[set[int], list[ClaimedRun]]:
     """Mark the held runs `finished` succeeded and claim up to `limit` due runs, in one
-    transaction: a busy worker commits once per batch, not twice per run. Returns the
-    finished runs recorded (one missing had lost its lease) and the runs claimed."""
-    with transaction(conn) as c:
-        recorded = set(c.execute(_COMPLETE, {"run_ids": finished, "worker": worker_id}).scalars()) \
-            if finished else set()
-        rows = c.execute(_CLAIM, {"worker": worker_id, "limit": limit,
-                                  "lease": lease.total_seconds()}).all() if limit > 0 else []
-    return recorded, [ClaimedRun(*row[:-1]) for row in rows]
+    statement: a busy worker commits once per batch, not twice per run. Returns the
+    finished runs recorded (one missing had lost its lease) and the runs claimed. `conn`
+    may also be a psycopg connection, as a worker's own is: the statement then runs in
+    that connection's transaction, or alone in autocommit."""
+    values = {"finished": finished, "worker": worker_id, "limit": limit, "lease": lease.total_seconds()}
+    rows = _fetch(conn, _COMPLETE_AND_CLAIM, values)
+    recorded = set(rows[0][0] or ())
+    return recorded, [ClaimedRun(*row[1:]) for row in rows if row[1] is not None]
 
 
 _EXTEND = text(
@@ -463,25 +457,9 @@ def extend_leases(conn: Connection | Engine, worker_id: str, run_ids: list[int],
                                        "lease": lease.total_seconds()}).scalars())
 
 
-# Joined to the ids rather than `id = ANY(...)`, which the planner may answer from
-# job_queue_claim_idx's 'running' range, a walk over every run in progress and their dead
-# versions.
-_COMPLETE = text(
-    """
-    UPDATE job_queue q
-    SET state = 'succeeded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-        updated_at = now()
-    FROM unnest(CAST(:run_ids AS bigint[])) AS finished(id)
-    WHERE q.id = finished.id AND q.state = 'running' AND q.lease_owner = :worker
-    RETURNING q.id
-    """
-).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
-
-
 def complete(conn: Connection | Engine, run_id: int, worker_id: str) -> bool:
     """Mark a held run succeeded; False if the lease was lost (the run was reclaimed)."""
-    with transaction(conn) as c:
-        return c.execute(_COMPLETE, {"run_ids": [run_id], "worker": worker_id}).scalar() is not None
+    return run_id in complete_and_claim(conn, worker_id, [run_id], 0, timedelta(0))[0]
 
 
 _FAIL = text(
@@ -589,16 +567,13 @@ def reclaim_expired(conn: Connection | Engine) -> dict[str, int]:
 # queues runs, when that statement's transaction commits.
 RUNS_QUEUED_CHANNEL = "rota_runs_queued"
 
-_NEXT_DUE = text(
-    "SELECT extract(epoch FROM min(run_at) - now()) FROM job_queue WHERE state = 'queued'"
-)
+_NEXT_DUE = "SELECT extract(epoch FROM min(run_at) - now()) FROM job_queue WHERE state = 'queued'"
 
 
-def seconds_until_next_run(conn: Connection | Engine) -> float | None:
+def seconds_until_next_run(conn: Connection | Engine | psycopg.Connection) -> float | None:
     """How long until the earliest queued run falls due (0 or less: it is due); None when
     nothing is queued."""
-    with transaction(conn) as c:
-        due_in = c.execute(_NEXT_DUE).scalar()
+    ((due_in,),) = _fetch(conn, _NEXT_DUE)
     return None if due_in is None else float(due_in)
 
 

@@ -1,11 +1,16 @@
-"""Scheduled runs in Dagster: one hourly partition per hour of cron fire times."""
+"""The queue's assets: scheduled runs (one hourly partition per hour of cron fire times),
+and the nightly maintenance Source's runs (one daily partition per night). The Source's
+handler stays in pipelines.sources.nightly, free of Dagster: `rota worker` imports that,
+never this module, and starts without loading Dagster."""
 
+from datetime import date
 
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    DailyPartitionsDefinition,
     Failure,
     HourlyPartitionsDefinition,
     MaterializeResult,
@@ -16,8 +21,9 @@ from sqlalchemy import ARRAY, BigInteger, DateTime, bindparam, text
 
 from pipelines.assets import AsOfConfig, run_instant
 from pipelines.partitions import SINGLE_RUN, queue_history_start
-from pipelines.queue import cancel_unscheduled_runs, enqueue_scheduled_many
+from pipelines.queue import cancel_unscheduled_runs, enqueue_scheduled_many, produce_many, register_job
 from pipelines.scheduling import ScheduledJob, plan_fire_times
+from pipelines.sources.nightly import NIGHTLY
 from resources.postgres import PostgresResource
 from resources.scheduling import SchedulingSettings
 
@@ -25,6 +31,7 @@ LIVE_TAG = "rota/live"
 SCHEDULED_RUNS = "scheduled_runs"
 FIRE_TIMES_CHECK = "every_fire_time_is_queued"
 HOURLY = HourlyPartitionsDefinition(start_date=queue_history_start().strftime("%Y-%m-%d-%H:%M"), end_offset=2)
+NIGHTLY_PARTITIONS = DailyPartitionsDefinition(start_date=queue_history_start().date().isoformat())
 
 
 _SCHEDULED_JOBS = text(
@@ -101,4 +108,27 @@ def scheduled_runs(context: AssetExecutionContext, config: AsOfConfig, database:
     )
 
 
-QUEUE_ASSETS = [scheduled_runs]
+@asset(
+    name="nightly_maintenance",
+    partitions_def=NIGHTLY_PARTITIONS,
+    backfill_policy=SINGLE_RUN,
+    group_name="queue",
+    kinds={"postgres"},
+    description="One nightly-maintenance run per day (ref nightly/YYYY-MM-DD). Backfill by "
+                "selecting days; a day already produced is left alone, however long ago it ran.",
+)
+def nightly_maintenance(context: AssetExecutionContext, database: PostgresResource) -> MaterializeResult:
+    days = [date.fromisoformat(key) for key in context.partition_keys]
+    engine = database.engine()
+    register_job(engine, NIGHTLY.job_name)
+    produced = produce_many(engine, NIGHTLY.name,
+                            [(NIGHTLY.ref(d), NIGHTLY.job_name, {"date": d.isoformat()}) for d in days])
+    return MaterializeResult(metadata={
+        "days": len(days),
+        "created": produced.count("created"),
+        "refreshed": produced.count("refreshed"),
+        "unchanged": produced.count("unchanged"),
+    })
+
+
+QUEUE_ASSETS = [scheduled_runs, nightly_maintenance]

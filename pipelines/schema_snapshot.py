@@ -4,7 +4,7 @@
 `alembic check` compares tables, columns, types and indexes with `pipelines/schema.py`.
 This adds everything else a migration may change: constraints with their names and
 definitions, triggers, trigger functions, row-level security and its policies, table
-options, and what `rota_app` and PUBLIC are granted. Only catalog facts that read the
+options, and what `rota_app` and PUBLIC are granted (functions included). Only catalog facts that read the
 same on every supported PostgreSQL are written (PostgreSQL 18's named NOT NULL
 constraints are left out: nullability is already in `alembic check`), and nothing that
 names the role that ran the migrations."""
@@ -77,6 +77,14 @@ _SECTIONS = {
         WHERE c.relnamespace = 'public'::regnamespace AND NOT c.relispartition
           AND (a.grantee = 0 OR pg_get_userbyid(a.grantee) = 'rota_app')
         GROUP BY c.relname, t.attname, a.grantee
+        ORDER BY 1
+    """,
+    "function grants": """
+        SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') to '
+               || CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END || ': ' || a.privilege_type
+        FROM pg_proc p CROSS JOIN LATERAL aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+        WHERE p.pronamespace = 'public'::regnamespace
+          AND (a.grantee = 0 OR pg_get_userbyid(a.grantee) = 'rota_app')
         ORDER BY 1
     """,
     "schema grants": """

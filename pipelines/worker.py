@@ -57,6 +57,12 @@ WATCH_INTERVAL = 0.25
 # How soon a free handler slot is filled (or a success recorded) at the latest, while
 # other handlers still run.
 HANDLER_WATCH = 0.01
+# A worker whose last wake-up by a notification found nothing to claim (another worker
+# took the run) claims this much later at the next one. Every idle worker hears every
+# notification; without this they all claim at once, and on a small machine the one that
+# wins waits for the CPU the others spend losing. The worker that won keeps answering at
+# once; the others still claim what it leaves, a moment later.
+LOST_RACE_DELAY = 0.002
 # The exit status of a worker that stopped its handler because it could no longer prove
 # it held the run's lease (EX_TEMPFAIL: run it again).
 LEASE_LOST_EXIT = 75
@@ -116,7 +122,13 @@ class Worker:
         self._waiting_since: float | None = None
         self._handlers = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="handler")
         self._next_reclaim = 0.0
-        self._listener: psycopg.Connection | None = None
+        # The claiming loop's own connection (see _connection).
+        self._own: psycopg.Connection | None = None
+        self._listening = False
+        # Whether the last wait ended with a notification, and whether the claim after the
+        # last such wait came back empty.
+        self._notified = False
+        self._lost_race = False
 
     def _in_hand(self) -> dict[int, float]:
         with self._lock:
@@ -226,33 +238,45 @@ class Worker:
                 self._record_and_claim(0)
             except DATABASE_GONE:
                 pass  # each run left unrecorded was logged; its lease runs out and it runs again
-            self._close_listener()
+            self._close_connection()
             self._done.set()
 
-    def _listen(self) -> psycopg.Connection | None:
-        if self._listener is None and self.settings.listen:
-            try:
-                url = self.engine.url.render_as_string(hide_password=False)
-                self._listener = psycopg.connect(libpq_url(url), autocommit=True)
-                self._listener.execute(f"LISTEN {RUNS_QUEUED_CHANNEL}")
-            except psycopg.Error as error:
-                log.warning("cannot listen for queued runs (%s); polling every %.2f s",
-                            str(error).strip().splitlines()[0], self.settings.poll_interval)
-                self._close_listener()
-        return self._listener
+    def _connection(self) -> psycopg.Connection:
+        """The claiming loop's own connection, outside the engine's pool and in autocommit:
+        its record-and-claim is one statement, so one round trip, with no checkout, ping,
+        BEGIN or COMMIT around it. It also LISTENs for queued runs (a notification that
+        arrives during a claim waits in psycopg's backlog for the next wait). Opened again
+        after the database went away."""
+        if self._own is None or self._own.closed:
+            url = self.engine.url.render_as_string(hide_password=False)
+            # No server-side prepared statements, as on the engine: PgBouncer (resources.engine).
+            self._own = psycopg.connect(libpq_url(url), autocommit=True, prepare_threshold=None)
+            self._listening = False
+            if self.settings.listen:
+                try:
+                    self._own.execute(f"LISTEN {RUNS_QUEUED_CHANNEL}")
+                    self._listening = True
+                except DATABASE_GONE:
+                    raise
+                except psycopg.Error as error:
+                    log.warning("cannot listen for queued runs (%s); polling every %.2f s",
+                                str(error).strip().splitlines()[0], self.settings.poll_interval)
+        return self._own
 
-    def _close_listener(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+    def _close_connection(self) -> None:
+        if self._own is not None:
+            self._own.close()
+            self._own = None
 
     def _wait_for_work(self) -> None:
         """Nothing was due: sleep until the earliest queued run falls due, a statement
         queues runs (its NOTIFY), a handler returns, or poll_interval has passed, whichever
         comes first."""
-        listener = self._listen()  # before the look: a run queued after it is announced
+        connection = self._connection()
+        # Listening since before the look below: a run queued after it is announced.
+        listener = connection if self._listening else None
         wait = self.settings.poll_interval
-        due_in = seconds_until_next_run(self.engine)
+        due_in = seconds_until_next_run(connection)
         if due_in is not None:
             wait = max(0.0, min(wait, due_in))
         # In slices, so that a stop request is seen within WATCH_INTERVAL, and a returning
@@ -265,10 +289,13 @@ class Worker:
                 if listener is None:
                     self._slot_freed.wait(min(left, piece))
                 elif list(listener.notifies(timeout=min(left, piece), stop_after=1)):
+                    if self._lost_race:
+                        self.stopping.wait(LOST_RACE_DELAY)
+                    self._notified = True
                     return
         except psycopg.Error:
-            log.warning("the connection listening for queued runs broke; it is opened again at the next wait")
-            self._close_listener()
+            log.warning("the connection listening for queued runs broke; it is opened again at the next claim")
+            self._close_connection()
 
     def _record_and_claim(self, free: int) -> list[ClaimedRun]:
         """Record the runs finished since the last call and claim up to `free` due runs."""
@@ -277,9 +304,10 @@ class Worker:
         if not finished and not free:
             return []
         try:
-            recorded, runs = complete_and_claim(self.engine, self.id, [run.id for run in finished], free,
+            recorded, runs = complete_and_claim(self._connection(), self.id, [run.id for run in finished], free,
                                                 self.settings.lease)
         except DATABASE_GONE:
+            self._close_connection()
             for run in finished:
                 log.error("run %d of %s finished, but the database went away before that was recorded; "
                           "it will be reclaimed and run again when its lease expires", run.id, run.job_name)
@@ -314,6 +342,8 @@ class Worker:
         self._waiting_since = None
         asked = time.monotonic()
         runs = self._record_and_claim(free)
+        if self._notified:
+            self._notified, self._lost_race = False, not runs
         if runs and self.stopping.is_set():
             release(self.engine, self.id, [run.id for run in runs])
             log.info("handed back run %s, claimed as the worker was stopping", ", ".join(str(r.id) for r in runs))
@@ -323,5 +353,6 @@ class Worker:
                 self._running[run.id], self._confirmed[run.id] = run, asked
         for run in runs:
             self._handlers.submit(self._execute, run)
-        if not runs and not finished:
+        # Fewer due runs than free slots: nothing more is due now, so do not ask again.
+        if len(runs) < free:
             self._wait_for_work()

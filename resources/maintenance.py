@@ -1,10 +1,11 @@
 import os
-
-from dagster import ConfigurableResource
-from pydantic import field_validator
+from dataclasses import dataclass
 
 
-class MaintenanceSettings(ConfigurableResource):
+# A plain dataclass, not a Dagster resource: only the nightly handler reads it, in
+# `rota worker`, which runs no Dagster and should not pay for importing it.
+@dataclass(frozen=True)
+class MaintenanceSettings:
     """How long a finished run keeps its payload and error text.
 
     Past the retention the nightly maintenance compacts a finished run to its identity:
@@ -14,13 +15,15 @@ class MaintenanceSettings(ConfigurableResource):
 
     retention_days: int = 450
 
-    @field_validator("retention_days")
-    @classmethod
-    def at_least_a_day(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"retention_days must be at least 1, not {value}")
-        return value
+    def __post_init__(self) -> None:
+        if self.retention_days < 1:
+            raise ValueError(f"retention_days must be at least 1, not {self.retention_days}")
 
 
 def maintenance_settings_from_env() -> MaintenanceSettings:
-    return MaintenanceSettings(retention_days=int(os.environ.get("ROTA_RETENTION_DAYS", "450")))
+    raw = os.environ.get("ROTA_RETENTION_DAYS", "450")
+    try:
+        days = int(raw)
+    except ValueError:
+        raise ValueError(f"ROTA_RETENTION_DAYS must be a whole number of days, not {raw!r}") from None
+    return MaintenanceSettings(retention_days=days)

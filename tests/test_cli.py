@@ -43,3 +43,25 @@ def test_rota_psql_opens_rotas_database(database_url, tmp_path):
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0"
+
+
+def test_rota_worker_starts_without_importing_dagster(database_url, tmp_path):
+    """A worker's start-up is paid again at every deploy and by every one of a fleet:
+    its handlers and the queue need no Dagster, whose import alone costs more CPU than
+    a thousand runs."""
+    # To a file, not a pipe: Dagster's thousands of import lines would fill a pipe and stall the worker.
+    imports = tmp_path / "imports.txt"
+    with imports.open("w") as stderr:
+        worker = subprocess.Popen([ROTA, "worker"], env=_env(tmp_path, ROTA_DATABASE_URL=database_url,
+                                                             PYTHONPROFILEIMPORTTIME="1"),
+                                  stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            assert "started" in worker.stdout.readline()
+        finally:
+            worker.terminate()
+            worker.communicate(timeout=60)
+    assert worker.returncode == 0
+    imported = {line.split("|")[-1].strip() for line in imports.read_text().splitlines() if line.startswith("import time:")}
+    # importlib.import_module's own module goes unlogged; the nightly handler's imports show it ran
+    assert {"resources.maintenance", "pipelines.worker"} <= imported
+    assert not {name for name in imported if name.split(".")[0] == "dagster"}

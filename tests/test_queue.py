@@ -19,6 +19,7 @@ from pipelines.queue import (
     Enqueued,
     claim_due_runs,
     complete,
+    complete_and_claim,
     dispatch_pending_events,
     enqueue_scheduled,
     enqueue_scheduled_many,
@@ -27,7 +28,7 @@ from pipelines.queue import (
     register_job,
 )
 from pipelines.schema import event
-from resources.server import driver_url
+from resources.server import driver_url, libpq_url
 from tests.helpers import database_fingerprint, race_processes, tenant
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,6 +204,40 @@ def test_claim_leases_skips_locked_rows_and_cancels_runs_of_disabled_jobs(engine
     assert len(running) == 4 and {r["lease_owner"] for r in running} == {"w1"}
     assert complete(engine, claimed[0].id, "w2") is False
     assert complete(engine, claimed[0].id, "w1") is True
+
+
+def test_a_worker_records_its_finished_runs_before_it_locks_any_to_claim(database_url, engine):
+    """Another worker's claim may hold a lock on a run this worker finished (its FOR UPDATE
+    SKIP LOCKED keeps a row it locked in passing whose recheck then failed). Waiting for
+    that lock while holding the runs it is claiming would let the other wait in turn for
+    those: each worker waiting for the other. Here a session holds the finished run; while
+    the worker waits for it, the session must be able to lock every queued run."""
+    job_id = register_job(engine, "report", schedule="* * * * *")
+    enqueue_scheduled_many(engine, [(job_id, T0 + timedelta(minutes=n)) for n in range(11)])
+    (finished,) = claim_due_runs(engine, "w", 1, timedelta(seconds=30))
+    outcome = {}
+    with psycopg.connect(libpq_url(database_url)) as other, \
+            psycopg.connect(libpq_url(database_url), autocommit=True) as worker:
+        other.execute("SELECT id FROM job_queue WHERE id = %s FOR UPDATE", (finished.id,))
+        pid = worker.info.backend_pid
+
+        def record_and_claim():
+            try:
+                outcome["result"] = complete_and_claim(worker, "w", [finished.id], 10, timedelta(seconds=30))
+            except psycopg.Error as error:
+                outcome["error"] = error
+
+        call = threading.Thread(target=record_and_claim)
+        call.start()
+        wait_for(lambda: other.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                       (pid,)).fetchone()[0] == "Lock", 20, "the worker to wait for the finished run")
+        other.execute("SET LOCAL lock_timeout = '10s'")
+        queued = other.execute("SELECT id FROM job_queue WHERE state = 'queued' FOR UPDATE").fetchall()
+        other.commit()
+        call.join(timeout=30)
+    assert len(queued) == 10 and "error" not in outcome, outcome
+    recorded, claimed = outcome["result"]
+    assert recorded == {finished.id} and len(claimed) == 10
 
 
 def test_a_failed_attempt_backs_off_then_fails_for_good(engine):

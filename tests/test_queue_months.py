@@ -25,7 +25,7 @@ from pipelines.worker import Worker, WorkerSettings
 from resources.maintenance import MaintenanceSettings
 from resources.server import driver_url
 from tests.helpers import database_fingerprint, rows_only
-from tests.test_queue import add_event, runs, start_worker, wait_for
+from tests.test_queue import add_event, runs, start_worker, stop, wait_for
 
 T0 = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -281,6 +281,31 @@ def test_an_idle_worker_starts_a_run_queued_for_now_without_waiting_out_its_poll
             assert runs(engine)[0]["state"] == "queued"
     finally:
         _stop_idle(worker, thread, worker_engine)
+
+
+def test_idle_workers_leave_a_run_to_the_one_that_won_the_last(database_url, engine):
+    """Every idle worker hears every notification. One that found nothing after the last
+    one (another took the run) claims a moment later at the next, so the last winner
+    answers alone and does not wait for CPU the others spend losing; the others still
+    take whatever it leaves."""
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE handler_call (run_id bigint, attempt int, job text, "
+                          "at timestamptz DEFAULT clock_timestamp())"))
+    job_id = register_job(engine, "whose")
+    workers = [start_worker(database_url, "--poll", "60") for _ in range(3)]
+    try:
+        time.sleep(3)  # idle, past their first empty claims
+        for n in range(1, 31):
+            enqueue_scheduled(engine, job_id, datetime.now(timezone.utc))
+            wait_for(lambda: len(runs(engine, "state = 'succeeded'")) == n, 20, f"run {n} to be run")
+            time.sleep(0.05)
+    finally:
+        outcomes = [stop(worker) for worker in workers]
+    assert all(code == 0 for code, _ in outcomes), outcomes
+    with engine.connect() as conn:
+        owners = conn.execute(text("SELECT job FROM handler_call ORDER BY run_id")).scalars().all()
+    most = max(owners.count(owner) for owner in set(owners))
+    assert most >= 25, owners
 
 
 def test_an_idle_worker_wakes_when_the_earliest_queued_run_falls_due(database_url, engine):

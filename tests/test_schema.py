@@ -13,7 +13,7 @@ from pipelines import migrations
 from pipelines.dispatch import ensure_partitions
 from pipelines.schema import task
 from pipelines.schema_snapshot import SNAPSHOT, snapshot
-from resources.server import ROTA_HOME_DEFAULT, driver_url
+from resources.server import ROTA_HOME_DEFAULT, driver_url, libpq_url, with_database
 from tests.helpers import add_duty, tenant
 
 
@@ -74,9 +74,15 @@ def test_every_identity_is_a_plain_unique_constraint(engine, name, table, column
     assert partial == []
 
 
-def test_the_claim_query_uses_the_claim_index(engine):
-    from pipelines.queue import _CLAIM, register_job
+def test_the_claim_reads_the_claim_index_even_with_the_plan_the_server_caches(engine, test_server):
+    """A worker claims through job_queue_complete_and_claim, whose plan the server caches
+    and, after a few calls, may make generic (blind to the limit and the worker): that
+    plan too must find due runs in the claim index, not scan job_queue, and find the
+    runs it finished by their ids, never by the claim index's 'running' range, which
+    statistics that say few runs are running (as here) would otherwise choose."""
+    from pipelines.queue import _COMPLETE_AND_CLAIM, register_job
 
+    admin = test_server.require_admin("loading auto_explain to see the plan inside the function")
     job_id = register_job(engine, "report", schedule="* * * * *")
     with engine.begin() as conn:
         conn.execute(text(
@@ -86,11 +92,20 @@ def test_the_claim_query_uses_the_claim_index(engine):
             "FROM generate_series(1, 20000) n, LATERAL (SELECT now() - n * interval '1 minute') AS s(t)"
         ), {"j": job_id})
         conn.execute(text("ANALYZE job_queue"))
-        plan = "\n".join(conn.execute(
-            text("EXPLAIN " + _CLAIM.text),
-            {"worker": "w", "limit": 10, "lease": 30.0},
-        ).scalars())
-    assert "job_queue_claim_idx" in plan, plan
+    plans: list[str] = []
+    with psycopg.connect(libpq_url(with_database(admin, engine.url.database)), autocommit=True) as conn:
+        conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
+                        "auto_explain.log_level = notice", "plan_cache_mode = force_generic_plan"):
+            conn.execute(f"SET {setting}")
+        claimed = conn.execute(_COMPLETE_AND_CLAIM, {"finished": [1, 2], "worker": "w", "limit": 10,
+                                                     "lease": 30.0}).fetchall()
+    assert len(claimed) == 10 and claimed[0][0] is None
+    (claim,) = [p for p in plans if "CTE due" in p]
+    (finish,) = [p for p in plans if "CTE finished" in p]
+    assert "job_queue_claim_idx" in claim.split("CTE due")[1].split("CTE claimed")[0], claim
+    assert "job_queue_pkey" in finish and "job_queue_claim_idx" not in finish, finish
 
 
 def test_a_second_task_for_one_duty_and_period_is_refused_by_the_identity(engine, workspace):
@@ -301,6 +316,7 @@ def test_the_migrations_reproduce_the_schema_snapshot(fresh_database):
     "ALTER POLICY task_workspace_isolation ON task USING (true)",
     "ALTER TABLE job_queue RENAME CONSTRAINT job_queue_one_origin TO job_queue_origin",
     "ALTER TABLE job NO FORCE ROW LEVEL SECURITY",
+    "GRANT EXECUTE ON FUNCTION job_queue_complete_and_claim(bigint[], text, integer, double precision) TO rota_app",
 ])
 def test_the_snapshot_sees_what_alembic_check_does_not(database_url, engine, change):
     with engine.connect() as conn:

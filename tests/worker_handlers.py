@@ -34,3 +34,11 @@ def boom(run, engine):
 @handler("count-events")
 def count_events(run, engine):
     record(run, engine)
+
+
+@handler("whose")
+def whose(run, engine):
+    """Records which worker holds the run (its lease owner) as the call's job."""
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO handler_call (run_id, attempt, job) "
+                          "SELECT id, attempts, lease_owner FROM job_queue WHERE id = :run_id"), {"run_id": run.id})

@@ -7,15 +7,12 @@ retention to their identity, and refreshes the planner's statistics."""
 import logging
 from datetime import date
 
-from dagster import AssetExecutionContext, DailyPartitionsDefinition, MaterializeResult, asset
 from sqlalchemy import Engine, text
 
 from pipelines.handlers import handler
-from pipelines.partitions import SINGLE_RUN, queue_history_start
-from pipelines.queue import ClaimedRun, produce_many, reclaim_expired, register_job
+from pipelines.queue import ClaimedRun, reclaim_expired
 from pipelines.sources import Source
 from resources.maintenance import MaintenanceSettings, maintenance_settings_from_env
-from resources.postgres import PostgresResource
 
 log = logging.getLogger(__name__)
 
@@ -26,32 +23,8 @@ def nightly_ref(day: date) -> str:
 
 NIGHTLY = Source(name="nightly", job_name="nightly-maintenance", ref_convention="nightly/YYYY-MM-DD",
                  ref=nightly_ref)
-NIGHTLY_PARTITIONS = DailyPartitionsDefinition(start_date=queue_history_start().date().isoformat())
 COMPACT_BATCH = 10_000
 TENANT_AND_QUEUE_TABLES = ("duty", "task", "job", "event", "job_queue")
-
-
-@asset(
-    name="nightly_maintenance",
-    partitions_def=NIGHTLY_PARTITIONS,
-    backfill_policy=SINGLE_RUN,
-    group_name="queue",
-    kinds={"postgres"},
-    description="One nightly-maintenance run per day (ref nightly/YYYY-MM-DD). Backfill by "
-                "selecting days; a day already produced is left alone, however long ago it ran.",
-)
-def nightly_maintenance(context: AssetExecutionContext, database: PostgresResource) -> MaterializeResult:
-    days = [date.fromisoformat(key) for key in context.partition_keys]
-    engine = database.engine()
-    register_job(engine, NIGHTLY.job_name)
-    produced = produce_many(engine, NIGHTLY.name,
-                            [(NIGHTLY.ref(d), NIGHTLY.job_name, {"date": d.isoformat()}) for d in days])
-    return MaterializeResult(metadata={
-        "days": len(days),
-        "created": produced.count("created"),
-        "refreshed": produced.count("refreshed"),
-        "unchanged": produced.count("unchanged"),
-    })
 
 
 # A finished run past the retention keeps its row, and with it its identity (schedule,
