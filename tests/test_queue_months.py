@@ -283,29 +283,29 @@ def test_an_idle_worker_starts_a_run_queued_for_now_without_waiting_out_its_poll
         _stop_idle(worker, thread, worker_engine)
 
 
-def test_idle_workers_leave_a_run_to_the_one_that_won_the_last(database_url, engine):
-    """Every idle worker hears every notification. One that found nothing after the last
-    one (another took the run) claims a moment later at the next, so the last winner
-    answers alone and does not wait for CPU the others spend losing; the others still
-    take whatever it leaves."""
+def test_idle_workers_that_lost_a_race_still_take_what_the_winner_leaves(database_url, engine):
+    """A worker whose last notified claim found nothing claims a moment later at the next
+    notification (its benefit is measured by `rota bench`'s latency case, not here). It
+    must still claim: three runs queued at once start on three one-slot workers together,
+    long before their minute's poll."""
     with engine.begin() as conn:
         conn.execute(text("CREATE TABLE handler_call (run_id bigint, attempt int, job text, "
                           "at timestamptz DEFAULT clock_timestamp())"))
     job_id = register_job(engine, "whose")
+    sleeper = register_job(engine, "sleep")
     workers = [start_worker(database_url, "--poll", "60") for _ in range(3)]
     try:
         time.sleep(3)  # idle, past their first empty claims
-        for n in range(1, 31):
+        for n in range(1, 6):  # races: two workers lose each
             enqueue_scheduled(engine, job_id, datetime.now(timezone.utc))
             wait_for(lambda: len(runs(engine, "state = 'succeeded'")) == n, 20, f"run {n} to be run")
-            time.sleep(0.05)
+        now = datetime.now(timezone.utc)
+        enqueue_scheduled_many(engine, [(sleeper, now - timedelta(seconds=n)) for n in range(3)])  # 5 s each
+        wait_for(lambda: len(runs(engine, "state = 'running'")) == 3, 4, "three workers to run the three runs")
+        assert len({row["lease_owner"] for row in runs(engine, "state = 'running'")}) == 3
     finally:
         outcomes = [stop(worker) for worker in workers]
     assert all(code == 0 for code, _ in outcomes), outcomes
-    with engine.connect() as conn:
-        owners = conn.execute(text("SELECT job FROM handler_call ORDER BY run_id")).scalars().all()
-    most = max(owners.count(owner) for owner in set(owners))
-    assert most >= 25, owners
 
 
 def test_an_idle_worker_wakes_when_the_earliest_queued_run_falls_due(database_url, engine):
