@@ -91,8 +91,12 @@ def test_a_killed_run_worker_is_detected_and_retried_to_exactly_the_tasks(
         "host": "127.0.0.1", "port": grpc_port, "location_name": "rota"}}]}))
     empty = tmp_path / "cwd"
     empty.mkdir()
+    # One writer: the run's three pages then commit one after another, a page's write apart,
+    # so the kill lands between them. With three writers they committed together, and the
+    # run could finish before the first of them was seen.
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ROTA_", "DAGSTER_"))},
            "ROTA_DATABASE_URL": database_url, "DAGSTER_HOME": str(home), "ROTA_HOME": str(tmp_path / "rota"),
+           "ROTA_DISPATCH_WRITERS": "1",
            **_instance_env(database_url)}
     for key, value in env.items():
         if key.startswith("DAGSTER_PG_") or key in ("PGHOST", "DAGSTER_HOME"):
