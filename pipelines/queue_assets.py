@@ -10,9 +10,7 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
-    DailyPartitionsDefinition,
     Failure,
-    HourlyPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -20,7 +18,7 @@ from dagster import (
 from sqlalchemy import ARRAY, BigInteger, DateTime, bindparam, text
 
 from pipelines.assets import AsOfConfig, run_instant
-from pipelines.partitions import SINGLE_RUN, queue_history_start
+from pipelines.partitions import HOURLY, NIGHTLY_PARTITIONS, SINGLE_RUN
 from pipelines.queue import cancel_unscheduled_runs, enqueue_scheduled_many, produce_many, register_job
 from pipelines.scheduling import ScheduledJob, plan_fire_times
 from pipelines.sources.nightly import NIGHTLY
@@ -30,8 +28,6 @@ from resources.scheduling import SchedulingSettings
 LIVE_TAG = "rota/live"
 SCHEDULED_RUNS = "scheduled_runs"
 FIRE_TIMES_CHECK = "every_fire_time_is_queued"
-HOURLY = HourlyPartitionsDefinition(start_date=queue_history_start().strftime("%Y-%m-%d-%H:%M"), end_offset=2)
-NIGHTLY_PARTITIONS = DailyPartitionsDefinition(start_date=queue_history_start().date().isoformat())
 
 
 _SCHEDULED_JOBS = text(

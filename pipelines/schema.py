@@ -216,4 +216,14 @@ source_cursor = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
+# One row: the instant this database's rota history starts (migration 0015). Partitions
+# begin there; `rota history-start` moves it.
+rota_history = Table(
+    "rota_history",
+    metadata,
+    Column("one_row", Boolean, primary_key=True, server_default=text("true")),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("one_row", name="one_row"),
+)
+
 TENANT_TABLES = ("duty", "task", "event", "job_queue", "job")

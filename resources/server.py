@@ -97,19 +97,46 @@ def database_name(url: str) -> str:
     return name
 
 
+class Refused(RuntimeError):
+    """A condition rota will not start under. Its message is one line naming what to do;
+    the `rota` command prints it and exits 2."""
+
+
+def _first_line(error: Exception) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
 def ensure_database(url: str) -> bool:
     """Create the database `url` names if it does not exist; True if it was created.
 
     An existing database is found by connecting to it: rota never needs `CREATEDB` and
-    never touches the `postgres` database when the database is already there."""
+    never touches the `postgres` database when the database is already there. libpq
+    reports a missing database as a plain connection failure (no SQLSTATE), so on any
+    failure the server's catalog says whether the database is there."""
+    shown = make_url(url).render_as_string(hide_password=True)
     try:
         psycopg.connect(libpq_url(url), connect_timeout=10).close()
         return False
-    except psycopg.errors.InvalidCatalogName:
-        pass
+    except psycopg.OperationalError as failed:
+        refusal = Refused(f"cannot connect to {shown}: {_first_line(failed)}")
     name = database_name(url)
-    with psycopg.connect(libpq_url(with_database(url, "postgres")), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        maintenance = psycopg.connect(libpq_url(with_database(url, "postgres")), autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError:
+        raise refusal from None
+    with maintenance:
+        if maintenance.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            raise refusal
+        role, may_create = maintenance.execute(
+            "SELECT current_user, rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+        if not may_create:
+            raise Refused(f"the database {name} does not exist and the role {role} may not create it (no CREATEDB): "
+                          f"have a DBA run CREATE DATABASE {name} OWNER {role}")
+        try:
+            maintenance.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.errors.DuplicateDatabase:
+            return False  # another process made it first
     return True
 
 

@@ -5,8 +5,6 @@ anywhere on Earth at the tick, up to the period the largest active `lead_days` r
 from the latest local date. The run gets the tick as its `as_of`, so a re-execution
 stays a scheduled run as of the original tick."""
 
-import os
-
 from dagster import (
     DefaultScheduleStatus,
     RunRequest,
@@ -18,13 +16,10 @@ from dagster import (
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from sqlalchemy import text
 
-from pipelines.partitions import task_asset_name
+from pipelines.partitions import DISPATCH_CRON, task_asset_name
 from pipelines.periods import open_range
 from pipelines.schema import FREQUENCIES
 from resources.postgres import PostgresResource
-
-# Hourly: every zone's tasks appear within the hour after its local midnight.
-DISPATCH_CRON = os.environ.get("ROTA_DISPATCH_CRON", "0 * * * *")
 
 _MAX_LEAD = text(
     "SELECT coalesce(max(lead_days), 0) FROM duty "

@@ -2,6 +2,7 @@
 runs the same processes without them): the instance against Dagster's own config schema,
 the compose file's services and commands, the image, the Kubernetes worker."""
 
+import os
 import re
 from pathlib import Path
 
@@ -86,3 +87,123 @@ def test_the_kubernetes_workers_and_the_helm_values():
     [code] = values["dagster-user-deployments"]["deployments"]
     assert code["codeServerArgs"][:2] == ["-m", "pipelines.definitions"]
     assert values["dagsterDaemon"]["runMonitoring"]["enabled"] and values["dagsterDaemon"]["runRetries"]["enabled"]
+
+
+def _chart_storage(values: dict) -> dict:
+    """The storage the Dagster chart writes into its instance ConfigMap from these values
+    (helm/dagster/templates/helpers/instance/_postgresql.tpl, chart 1.13.27)."""
+    postgresql = values["postgresql"]
+    db = {
+        "username": postgresql["postgresqlUsername"],
+        "password": {"env": "DAGSTER_PG_PASSWORD"},
+        "hostname": postgresql["postgresqlHost"],
+        "db_name": postgresql["postgresqlDatabase"],
+        "port": postgresql["service"]["port"],
+        "params": postgresql.get("postgresqlParams") or {},
+    }
+    if postgresql.get("postgresqlScheme"):
+        db["scheme"] = postgresql["postgresqlScheme"]
+    return {"postgres": {"postgres_db": db}}
+
+
+def test_the_helm_charts_instance_stores_run_events(tmp_path, test_server, monkeypatch):
+    """The chart's instance, rendered from values.yaml, pointed at a real database and used
+    by Dagster for a run: its event writes (NOTIFY run_events) must go through."""
+    from dagster import DagsterInstance, asset, materialize
+    from sqlalchemy import make_url
+
+    values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
+    storage = _chart_storage(values)
+    _instance(tmp_path, yaml.safe_dump({"storage": storage, **values["additionalInstanceConfig"]}))
+    name = f"rota_chart_{os.getpid()}"
+    test_server.create(name)
+    try:
+        server = make_url(test_server.url(name))
+        query = dict(server.query)
+        storage["postgres"]["postgres_db"].update(
+            username=server.username, hostname=server.host or "", port=server.port or 5432, db_name=name,
+            params={"host": query["host"]} if "host" in query else {})
+        monkeypatch.setenv("DAGSTER_PG_PASSWORD", server.password or "unused")
+        (tmp_path / "dagster.yaml").write_text(yaml.safe_dump({"storage": storage}))
+
+        @asset
+        def probe() -> None:
+            return None
+
+        with DagsterInstance.from_config(str(tmp_path)) as instance:
+            assert materialize([probe], instance=instance).success
+            assert instance.get_latest_materialization_event(probe.key) is not None
+    finally:
+        test_server.drop(name)
+
+
+def test_every_variable_the_run_launcher_forwards_is_set_where_runs_are_launched():
+    launcher = yaml.safe_load((DEPLOY / "dagster.yaml").read_text())["run_launcher"]["config"]["env_vars"]
+    services = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
+    for name in ("daemon", "webserver"):  # the daemon launches queued runs; the webserver terminates them
+        missing = set(launcher) - set(services[name]["environment"])
+        assert not missing, f"{name} lacks {missing}"
+
+
+def test_the_services_that_use_the_docker_socket_may_open_it():
+    """The image runs as uid 10001; the socket is root:docker 0660."""
+    assert "useradd --create-home --uid 10001 rota" in (DEPLOY / "Dockerfile").read_text()
+    services = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
+    using = [name for name, service in services.items()
+             if any(v.startswith("/var/run/docker.sock:") for v in service.get("volumes", []))]
+    assert using == ["webserver", "daemon"]
+    for name in using:
+        assert [g for g in services[name].get("group_add", []) if g.startswith("${DOCKER_GID")], name
+
+
+def _copied(dockerfile: str) -> list[str]:
+    return [source for line in dockerfile.splitlines() if line.startswith("COPY ")
+            for source in line.split()[1:-1]]
+
+
+def test_the_build_context_sends_what_the_image_copies_and_no_local_state():
+    import fnmatch
+
+    ignored = [line.strip() for line in (DEPLOY.parent / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")]
+
+    def excluded(path: str) -> bool:
+        return any(fnmatch.fnmatch(path, pattern.removeprefix("**/")) or fnmatch.fnmatch(path, pattern)
+                   or path.split("/")[0] == pattern for pattern in ignored)
+
+    for local_state in (".venv", ".rota", ".git", "pipelines/__pycache__", "rota.egg-info"):
+        assert excluded(local_state), local_state
+    for source in _copied((DEPLOY / "Dockerfile").read_text()):
+        assert not excluded(source), source
+
+
+def test_the_images_pip_step_resolves_from_what_it_copies(tmp_path):
+    """The Dockerfile's `pip install` run in a clean virtualenv (resolved, not installed) in
+    a directory holding only what the Dockerfile copies before it."""
+    import shutil
+    import subprocess
+    import venv
+
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    context = tmp_path / "src"
+    context.mkdir()
+    for source in _copied(dockerfile.split("RUN pip install")[0]):
+        origin = DEPLOY.parent / source
+        (shutil.copytree if origin.is_dir() else shutil.copy)(origin, context / source)
+    pip_step = re.search(r"RUN pip install --no-cache-dir (.+?) \\\n", dockerfile).group(1).split()
+    venv.create(tmp_path / "venv", with_pip=True)
+    done = subprocess.run([str(tmp_path / "venv" / "bin" / "pip"), "install", "--dry-run", "--quiet", *pip_step],
+                          cwd=context, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_kubernetes_migrates_first_and_workers_poll_behind_a_pooler():
+    job = yaml.safe_load((DEPLOY / "k8s" / "migrate.yaml").read_text())
+    worker = yaml.safe_load((DEPLOY / "k8s" / "worker.yaml").read_text())
+    assert job["kind"] == "Job"
+    [migrate] = job["spec"]["template"]["spec"]["containers"]
+    [work] = worker["spec"]["template"]["spec"]["containers"]
+    assert migrate["command"] == ["rota", "migrate"]
+    assert (migrate["image"], migrate["envFrom"]) == (work["image"], work["envFrom"])
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert "--no-listen" in work["command"]

@@ -90,23 +90,43 @@ def rota_dev(database_url, test_server, tmp_path):
     yield from start_rota_dev(database_url, test_server, tmp_path, {"ROTA_DISPATCH_CRON": "* * * * *"})
 
 
-def start_rota_dev(database_url, test_server, tmp_path, settings):
+def start_rota_dev(database_url, test_server, tmp_path, settings, history_start=None):
     """`rota dev` as rota's role on databases that exist, the way a DBA hands them over:
-    it must need no CREATEDB."""
+    it must need no CREATEDB. With `history_start`, the history starts there, moved the
+    way an operator moves it (`rota history-start`), and every process reads it from the
+    database as deployed rota does."""
     port = free_port()
     storage = database_name(dagster_database_url(database_url))
     test_server.create(storage)
     env = {**os.environ, "ROTA_DATABASE_URL": database_url, "ROTA_HOME": str(tmp_path / "home"), **settings}
+    if history_start:
+        env.pop("ROTA_HISTORY_START")
+        subprocess.run([str(Path(sys.executable).parent / "rota"), "history-start", history_start], env=env,
+                       check=True, capture_output=True, timeout=60)
     log = open(tmp_path / "rota-dev.log", "w")
     process = subprocess.Popen([str(Path(sys.executable).parent / "rota"), "dev", "--port", str(port)],
                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         yield process, port, tmp_path / "rota-dev.log"
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_tree(process)
         log.close()
         test_server.drop(storage)
+
+
+def stop_tree(process: subprocess.Popen) -> None:
+    """Stop `rota dev` as Ctrl-C does (it stops the children it started in sessions of their
+    own), and kill whatever is left of its tree after a while."""
+    if process.poll() is not None:
+        return
+    tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+    process.send_signal(signal.SIGINT)
+    _, alive = psutil.wait_procs(tree, timeout=60)
+    for member in alive:
+        try:
+            member.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def test_rota_dev_backfills_through_graphql_and_the_daemon_ticks_a_schedule(engine, rota_dev):

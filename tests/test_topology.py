@@ -101,6 +101,10 @@ def test_a_killed_run_worker_is_detected_and_retried_to_exactly_the_tasks(
     for key, value in env.items():
         if key.startswith("DAGSTER_PG_") or key in ("PGHOST", "DAGSTER_HOME"):
             monkeypatch.setenv(key, value)
+    # The operator moves rota's history back to the first month it backfills, as documented.
+    moved = subprocess.run([str(python), "-m", "pipelines.cli", "history-start", months[0].start.isoformat()],
+                           cwd=empty, env=env, capture_output=True, text=True, timeout=120)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("code-server", "webserver", "daemon")}
     commands = {
         "code-server": [str(python), "-m", "dagster", "code-server", "start", "-h", "127.0.0.1", "-p", str(grpc_port),
