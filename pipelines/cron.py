@@ -12,7 +12,7 @@ Several wall-clock times that map to one instant (every minute of a gap) fire on
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 UTC = timezone.utc
 
@@ -29,6 +29,11 @@ def validate_cron(expression: str) -> str:
                           "(minute hour day-of-month month day-of-week)")
     if not croniter.is_valid(expression):
         raise InvalidCron(f"cron {expression!r} is not a valid cron expression")
+    try:
+        # Eight years hold every calendar there is (a leap day at least once).
+        croniter(expression, datetime(2000, 1, 1), max_years_between_matches=8).get_next(datetime)
+    except CroniterBadDateError:
+        raise InvalidCron(f"cron {expression!r} never fires: no date matches it (such as February 31)") from None
     return expression
 
 

@@ -344,6 +344,8 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
     used = {group: span for group, span in enumerate(page_plan.used) if span}
     keys = sorted({page_plan.groups[group][index][0]
                    for group, (first, last) in used.items() for index in range(first, last + 1)})
+    if not page_plan.after_dispatched and _all_offered_exist(engine, page_plan, keys):
+        return PageWritten({}, {})
 
     def work(write: str | None) -> PageWritten:
         with engine.begin() as conn:
@@ -382,6 +384,37 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
         written.written_again = True
     written.deadlocks_retried = retried
     return written
+
+
+# A duty's offered tasks are one contiguous run of its frequency's periods (planner.Slice),
+# and every task of a duty has the duty's frequency: the tasks between the run's first and
+# last key are offered ones, and the run is whole when they number its length.
+_MISSING_OFFERED = """
+    SELECT count(*)
+    FROM unnest(%(duty_ids)s::bigint[], %(first_keys)s::text[], %(last_keys)s::text[], %(sizes)s::int[])
+         AS o (duty_id, first_key, last_key, size)
+    WHERE o.size <> (SELECT count(*) FROM task t
+                     WHERE t.duty_id = o.duty_id AND t.period_key BETWEEN o.first_key AND o.last_key
+                       AND t.period_key = ANY(%(keys)s))
+"""
+
+
+def _all_offered_exist(engine: Engine, page_plan: Plan, keys: list[str]) -> bool:
+    """Whether every task the page offers exists already (a backfill run again), read
+    without a transaction that could write: the write would then insert nothing and move
+    no mark (a duty given no new task is not written), so it is not begun, and an identical
+    run writes nothing at all, not even a transaction id or a temporary table's WAL."""
+    slices = page_plan.slices
+    with engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        missing = cursor.execute(_MISSING_OFFERED, {
+            "duty_ids": [s.duty_id for s in slices],
+            "first_keys": [page_plan.groups[s.group][s.first][0] for s in slices],
+            "last_keys": [page_plan.groups[s.group][s.last][0] for s in slices],
+            "sizes": [s.last - s.first + 1 for s in slices],
+            "keys": keys}).fetchone()[0]
+        conn.rollback()
+    return missing == 0
 
 
 def _copy_tasks(cursor, page_plan: Plan, used: dict[int, tuple[int, int]],

@@ -73,15 +73,13 @@ _REGISTER_JOB = text(
         SELECT j.id FROM job j JOIN offered o ON j.name = o.name
         WHERE (j.workspace_id, j.schedule, j.timezone, j.event_type)
               IS NOT DISTINCT FROM (o.workspace_id, o.schedule, o.timezone, o.event_type)
-          AND j.max_attempts >= o.max_attempts
     ),
     upserted AS (
         INSERT INTO job (name, workspace_id, schedule, timezone, event_type, enabled, max_attempts)
         SELECT * FROM offered WHERE NOT EXISTS (SELECT 1 FROM same)
         ON CONFLICT ON CONSTRAINT job_name_key DO UPDATE
         SET workspace_id = EXCLUDED.workspace_id, schedule = EXCLUDED.schedule,
-            timezone = EXCLUDED.timezone, event_type = EXCLUDED.event_type,
-            max_attempts = greatest(job.max_attempts, EXCLUDED.max_attempts)
+            timezone = EXCLUDED.timezone, event_type = EXCLUDED.event_type
         RETURNING id
     )
     SELECT id, false FROM same UNION ALL SELECT id, true FROM upserted
@@ -118,7 +116,8 @@ def register_job(
     """Create the job called `name`, or bring an existing one to this shape; returns its id.
 
     `enabled` and `max_attempts` are what a new job starts with: an existing job keeps the
-    `enabled` an operator gave it, and its `max_attempts` is only ever raised. Queued runs
+    `enabled` and `max_attempts` an operator gave it (a Source registers its job at every
+    poll, and must not undo an operator who lowered its retries). Queued runs
     of fire times the job's schedule no longer has are cancelled. An unchanged job is not
     written."""
     check_text(name, "name", f"job {name[:80]!r}", max_length=200)

@@ -70,7 +70,7 @@ iana_timezone = Table(
 duty = Table(
     "duty",
     metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
     Column("workspace_id", UUID(as_uuid=True), nullable=False),
     Column("title", Text, nullable=False),
     Column("kind", Text, nullable=False),
@@ -136,7 +136,7 @@ task = Table(
 job = Table(
     "job",
     metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
     Column("name", Text, nullable=False),
     Column("workspace_id", UUID(as_uuid=True), nullable=True),
     Column("schedule", Text, nullable=True),
@@ -155,7 +155,7 @@ job = Table(
 event = Table(
     "event",
     metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
     Column("workspace_id", UUID(as_uuid=True), nullable=True),
     Column("type", Text, nullable=False),
     Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
@@ -173,7 +173,7 @@ event = Table(
 job_queue = Table(
     "job_queue",
     metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
     Column("job_id", BigInteger, ForeignKey(job.c.id, name="job_queue_job_id_fkey"), nullable=False),
     Column("workspace_id", UUID(as_uuid=True), nullable=True),
     Column("event_id", BigInteger, ForeignKey(event.c.id, name="job_queue_event_id_fkey"), nullable=True),

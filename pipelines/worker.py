@@ -118,6 +118,9 @@ class Worker:
         self._confirmed: dict[int, float] = {}
         # Runs whose handlers returned, to be recorded with the next claim.
         self._finished: list[ClaimedRun] = []
+        # Held while finished runs are being recorded, so a process exiting past its grace
+        # period records what the claiming loop has not, after what it has in flight.
+        self._recording = threading.Lock()
         self._slot_freed = threading.Event()
         self._waiting_since: float | None = None
         self._handlers = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="handler")
@@ -174,45 +177,88 @@ class Worker:
     def _stop_handlers(self, run_ids: list[int], why: str) -> None:
         log.critical("the lease of run %s %s; stopping this worker and its handlers so that no other "
                      "worker runs it at the same time", ", ".join(map(str, run_ids)), why)
+        # Within the sixth of a lease the watchdog leaves before any run in hand can expire.
+        self.record_before_exit(within=min(2.0, self.settings.lease.total_seconds() / 12))
         self.on_lease_lost()
+
+    def _leave_hand(self, run: ClaimedRun, succeeded: bool) -> None:
+        with self._lock:
+            self._running.pop(run.id, None)
+            self._confirmed.pop(run.id, None)
+            if succeeded:
+                self._finished.append(run)
+        self._slot_freed.set()
 
     def _execute(self, run: ClaimedRun) -> None:
         """On a handler thread. A success is recorded by the claiming loop, with its next
         claim; a failure here, at once, as it schedules the retry."""
-        succeeded = False
         try:
             function = HANDLERS.get(run.job_name)
             try:
                 if function is None:
                     raise LookupError(f"no handler is registered for job {run.job_name!r}")
                 function(run, self.engine)
-                succeeded = True
             except Exception:
+                # The handler has returned, so its lease needs no renewal; recording the
+                # failure clears the lease, which a heartbeat must not take for one lost.
+                self._leave_hand(run, succeeded=False)
                 state = fail(self.engine, run.id, self.id, traceback.format_exc(),
                              backoff=self.settings.backoff, cap=self.settings.backoff_cap)
                 log.warning("run %d of %s failed (attempt %d/%d) -> %s", run.id, run.job_name,
                             run.attempts, run.max_attempts, state or "lease lost")
+            else:
+                self._leave_hand(run, succeeded=True)
         except Exception as error:
             log.error("run %d of %s failed, and recording that failed too (%s); it will be reclaimed and "
                       "run again when its lease expires", run.id, run.job_name,
                       str(getattr(error, "orig", error)).strip().splitlines()[0])
         finally:
-            with self._lock:
-                del self._running[run.id], self._confirmed[run.id]
-                if succeeded:
-                    self._finished.append(run)
-            self._slot_freed.set()
+            self._leave_hand(run, succeeded=False)
 
     def abandon(self) -> None:
-        """Past the grace period: the runs in progress become reclaimable a few seconds from
-        now, by which time this process has exited (the attempts count, and the runs are
-        retried)."""
+        """Past the grace period: the runs whose handlers returned are recorded, and those
+        still in progress become reclaimable a few seconds from now, by which time this
+        process has exited (the attempts count, and the runs are retried)."""
+        self.record_before_exit(within=2.0)
         with self._lock:
             in_hand = list(self._running)
         for run_id in in_hand:
             interrupt(self.engine, run_id, self.id,
                       f"interrupted: worker {self.id} was stopped and its grace period ran out",
                       self.settings.interrupted_lease)
+
+    def record_before_exit(self, within: float) -> None:
+        """Record the runs whose handlers returned, before the process exits by any path
+        other than the claiming loop's own end, so that none of them runs again. Bounded:
+        on a connection of its own (the loop's belongs to its thread), after any record the
+        loop has in flight, within `within` seconds; what cannot be recorded by then is
+        logged, and runs again after its lease."""
+        holding = self._recording.acquire(timeout=within)
+        try:
+            with self._lock:
+                finished, self._finished = self._finished, []
+            if not finished:
+                return
+            url = libpq_url(self.engine.url.render_as_string(hide_password=False))
+            with psycopg.connect(url, prepare_threshold=None, connect_timeout=max(1, round(within))) as conn:
+                with conn.transaction():
+                    conn.execute(f"SET LOCAL statement_timeout = {round(within * 1000)}")
+                    recorded, _ = complete_and_claim(conn, self.id, [run.id for run in finished], 0,
+                                                     self.settings.lease)
+            self._log_unrecorded(finished, recorded)
+        except Exception as error:
+            for run in finished:
+                log.error("run %d of %s finished, but it could not be recorded before the worker exited (%s); "
+                          "it will be reclaimed and run again when its lease expires", run.id, run.job_name,
+                          str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+        finally:
+            if holding:
+                self._recording.release()
+
+    def _log_unrecorded(self, finished: list[ClaimedRun], recorded: set[int]) -> None:
+        for run in finished:
+            if run.id not in recorded:
+                log.warning("run %d finished after its lease was lost; it will be run again", run.id)
 
     def run(self) -> None:
         """Work until `stopping` is set, then let the handlers in progress finish. A lost
@@ -233,13 +279,22 @@ class Worker:
                               str(getattr(error, "orig", error)).strip().splitlines()[0], wait)
                     self.stopping.wait(wait)
         finally:
+            # Each run whose handler returns while the others finish is recorded as it
+            # returns: past the grace period the process exits without waiting for the rest.
+            while self._in_hand():
+                self._slot_freed.wait(WATCH_INTERVAL)
+                self._slot_freed.clear()
+                self._record_finished()
             self._handlers.shutdown(wait=True)
-            try:
-                self._record_and_claim(0)
-            except DATABASE_GONE:
-                pass  # each run left unrecorded was logged; its lease runs out and it runs again
+            self._record_finished()
             self._close_connection()
             self._done.set()
+
+    def _record_finished(self) -> None:
+        try:
+            self._record_and_claim(0)
+        except DATABASE_GONE:
+            pass  # each run left unrecorded was logged; its lease runs out and it runs again
 
     def _connection(self) -> psycopg.Connection:
         """The claiming loop's own connection, outside the engine's pool and in autocommit:
@@ -299,22 +354,21 @@ class Worker:
 
     def _record_and_claim(self, free: int) -> list[ClaimedRun]:
         """Record the runs finished since the last call and claim up to `free` due runs."""
-        with self._lock:
-            finished, self._finished = self._finished, []
-        if not finished and not free:
-            return []
-        try:
-            recorded, runs = complete_and_claim(self._connection(), self.id, [run.id for run in finished], free,
-                                                self.settings.lease)
-        except DATABASE_GONE:
-            self._close_connection()
-            for run in finished:
-                log.error("run %d of %s finished, but the database went away before that was recorded; "
-                          "it will be reclaimed and run again when its lease expires", run.id, run.job_name)
-            raise
-        for run in finished:
-            if run.id not in recorded:
-                log.warning("run %d finished after its lease was lost; it will be run again", run.id)
+        with self._recording:
+            with self._lock:
+                finished, self._finished = self._finished, []
+            if not finished and not free:
+                return []
+            try:
+                recorded, runs = complete_and_claim(self._connection(), self.id, [run.id for run in finished], free,
+                                                    self.settings.lease)
+            except DATABASE_GONE:
+                self._close_connection()
+                for run in finished:
+                    log.error("run %d of %s finished, but the database went away before that was recorded; "
+                              "it will be reclaimed and run again when its lease expires", run.id, run.job_name)
+                raise
+        self._log_unrecorded(finished, recorded)
         return runs
 
     def _work_once(self) -> None:

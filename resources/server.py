@@ -112,15 +112,18 @@ def ensure_database(url: str) -> bool:
 
     An existing database is found by connecting to it: rota never needs `CREATEDB` and
     never touches the `postgres` database when the database is already there. libpq
-    reports a missing database as a plain connection failure (no SQLSTATE), so on any
-    failure the server's catalog says whether the database is there."""
+    reports a missing database as a plain connection failure with no SQLSTATE, so only
+    the server's own words send rota to the `postgres` database, whose catalog then says
+    whether the database is there; any other failure is refused as it is."""
     shown = make_url(url).render_as_string(hide_password=True)
+    name = database_name(url)
     try:
         psycopg.connect(libpq_url(url), connect_timeout=10).close()
         return False
     except psycopg.OperationalError as failed:
         refusal = Refused(f"cannot connect to {shown}: {_first_line(failed)}")
-    name = database_name(url)
+        if f'database "{name}" does not exist' not in str(failed):
+            raise refusal from None
     try:
         maintenance = psycopg.connect(libpq_url(with_database(url, "postgres")), autocommit=True, connect_timeout=10)
     except psycopg.OperationalError:

@@ -16,6 +16,9 @@ class FakeGitHub:
         self.requests: list[dict] = []
         self.missing: set[str] = set()  # repositories that answer 404
         self.failed_tick: str | None = None
+        # Called after each page is served (with the repository): the world moving on
+        # while a poll reads its pages.
+        self.after_page: list = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -102,5 +105,9 @@ class FakeGitHub:
                     following = {**query, "page": str(page + 1)}
                     headers["Link"] = f'<{fake.url}{url.path}?{urlencode(following)}>; rel="next"'
                 self._send(200, json.dumps(chunk).encode(), headers)
+                with fake.lock:
+                    change = fake.after_page.pop(0) if fake.after_page else None
+                if change is not None:
+                    change(repository)
 
         return Handler

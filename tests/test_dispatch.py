@@ -7,6 +7,7 @@ import threading
 import time
 from datetime import date, timedelta
 
+import psycopg
 import pytest
 from sqlalchemy import create_engine, text, update
 
@@ -411,3 +412,56 @@ def test_a_dispatch_freezes_the_collectors_old_objects_only_while_it_runs(engine
     with pytest.raises(RuntimeError, match="planning failed"):
         run(engine, "2026-09-20T12:00:00Z", months("2026-09", "2026-09"))
     assert gc.get_freeze_count() == before
+
+
+# What PostgreSQL writes when a page is first read after a write (hint bits, with data
+# checksums on; pruning dead versions): any reader's, not the dispatch's.
+READS_HOUSEKEEPING = ("FPI_FOR_HINT", "PRUNE_ON_ACCESS")
+
+
+def _wal_since(admin_url: str, start_lsn: str, database_oid: int) -> list[tuple]:
+    """The WAL records written since `start_lsn` that are this database's doing: a block of
+    one of its relations, or a transaction's commit or abort (a transaction that took an id,
+    even for a temporary table, which writes no other WAL). The server's own bookkeeping
+    (checkpoints, standby snapshots) and what reading sets are not."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        end = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+        if end == start_lsn:
+            return []
+        # Records are read once flushed: a commit that took an id (made after `end`) flushes them.
+        with conn.transaction():
+            conn.execute("CREATE TEMPORARY TABLE flush_the_wal ()")
+        return [row for row in conn.execute(
+            "SELECT resource_manager, record_type, xid, block_ref FROM pg_get_wal_records_info(%s, %s)",
+            (start_lsn, end)).fetchall()
+            if (row[0] == "Transaction" or f"/{database_oid}/" in (row[3] or "")) and row[1] not in READS_HOUSEKEEPING]
+
+
+def test_a_second_identical_backfill_writes_no_wal_and_takes_no_transaction_id(test_server, database_url, engine):
+    """README and SPEC promise that a backfill run again writes nothing of any kind. Rows
+    are not enough to prove it: a transaction id, a temporary table's catalog rows and a
+    commit record are writes too. Measured from a fresh pool (whose connections have no
+    temporary tables yet) and from a warm one, over several pages."""
+    from sqlalchemy import make_url
+
+    admin = make_url(test_server.require_admin("reading the WAL with pg_walinspect")).set(
+        database=make_url(database_url).database).render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        database_oid = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0]
+    many_duties(engine, 300)
+    requested = months("2025-08", "2026-08")
+    first = run(engine, "2026-08-25T12:00:00Z", requested, mode=Mode.BACKFILL, page_size=100)
+    assert first.total("created") > 3000
+    fresh = create_engine(driver_url(database_url))
+    try:
+        for pool in (fresh, engine):
+            with psycopg.connect(admin, autocommit=True) as conn:
+                start = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+            again = dispatch(pool, frequency="monthly", mode=Mode.BACKFILL,
+                             as_of=parse_instant("2026-08-25T12:00:00Z"), requested=requested, page_size=100)
+            assert again.pages == 3 and again.total("created") == 0
+            assert again.total("existing") == first.total("created") + first.total("existing")
+            assert _wal_since(admin, start, database_oid) == []
+    finally:
+        fresh.dispose()

@@ -103,3 +103,6 @@ def test_a_worker_drains_runs_and_a_dispatch_completes_through_pgbouncer(databas
     assert [code for code, _ in outcomes] == [0, 0], outcomes
     assert [r["state"] for r in runs(engine)] == ["succeeded"] * 200
     assert not any("prepared statement" in output for _, output in outcomes)
+    with engine.connect() as conn:  # exactly once: every run's handler ran, and ran once
+        assert conn.execute(text("SELECT count(*), count(DISTINCT run_id), max(attempt) FROM handler_call")).one() \
+            == (200, 200, 1)

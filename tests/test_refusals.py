@@ -104,3 +104,12 @@ def test_the_tenants_role_is_refused_for_rotas_own_processes(migrated, tmp_path)
     tenant = make_url(owner).set(username="rota_app").render_as_string(hide_password=False)
     for command in (["migrate"], ["worker"], ["history-start"]):
         _refused(_rota(tmp_path, tenant, *command), "connects as rota_app, the tenants' role")
+
+
+def test_a_connection_refused_for_another_reason_is_named_and_nothing_is_created(cluster, tmp_path):
+    """Only a missing database sends rota to the `postgres` database; a role the server
+    does not know is refused as the server put it."""
+    url = make_url(with_database(cluster, "rota")).set(username="nobody").render_as_string(hide_password=False)
+    _refused(_rota(tmp_path, url, "migrate"), "cannot connect to", 'role "nobody" does not exist')
+    with psycopg.connect(cluster) as conn:
+        assert conn.execute("SELECT 1 FROM pg_database WHERE datname = 'rota'").fetchone() is None

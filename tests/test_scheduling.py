@@ -1,5 +1,6 @@
 """Cron fire times (DST policy pinned), the scheduled-runs asset and the queue sensors."""
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -129,14 +130,26 @@ def test_live_delivery_leaves_stale_fire_times_for_a_visible_backfill(engine):
     assert len(queued(engine)) == 6 and backfill.get_asset_check_evaluations()[0].passed
 
 
-def test_a_job_whose_cron_cannot_be_read_fails_the_run_by_name_after_the_rest(engine):
+@pytest.mark.parametrize("cron", ["99 * * * *", "0 0 31 2 *"])
+def test_a_job_whose_cron_cannot_be_planned_fails_the_hours_check_by_name_and_stops_no_other(engine, cron):
+    """Written past register_job (which refuses both): the right shape, but no such minute,
+    or no such day. Every hour reports it at ERROR; the other jobs' fire times are queued."""
     register_job(engine, "fine", schedule="0 * * * *")
-    with engine.begin() as conn:  # the right shape, but no such minute
-        conn.execute(text("INSERT INTO job (name, schedule) VALUES ('broken', '99 * * * *')"))
-    result = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", raise_on_error=False)
-    assert not result.success
-    assert "broken" in str(result.get_step_failure_events()[0].step_failure_data.error)
-    assert [name for name, _ in queued(engine)] == ["fine"]
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO job (name, schedule) VALUES ('broken', :cron)"), {"cron": cron})
+    result = materialize_hours("2026-08-31-10:00", "2026-08-31-11:00", raise_on_error=False)
+    assert result.success
+    [check] = result.get_asset_check_evaluations()
+    assert not check.passed and check.severity.value == "ERROR"
+    assert "job 'broken'" in check.metadata["unplannable_jobs"].value
+    assert [name for name, _ in queued(engine)] == ["fine", "fine"]
+
+
+def test_a_cron_that_never_fires_is_refused_at_registration_naming_it(engine):
+    for cron in ("0 0 31 2 *", "0 0 30 2 *", "0 0 31 4 *"):
+        with pytest.raises(InvalidCron, match=re.escape(f"job 'never': cron '{cron}' never fires")):
+            register_job(engine, "never", schedule=cron)
+    register_job(engine, "leap-days", schedule="0 0 29 2 *")  # rare, but it fires
 
 
 def evaluate(sensor_name, cursor=None):

@@ -1,5 +1,6 @@
 """Sources: the produce upsert, the nightly maintenance Source and the GitHub Source."""
 
+import re
 import time
 from datetime import date, datetime, timedelta, timezone
 
@@ -286,11 +287,27 @@ def test_a_thousand_issues_over_ten_pages_then_a_poll_of_all_304s(database_url, 
     assert database_fingerprint(engine) == before and cursor_again == cursor
 
 
-def test_a_thousand_issues_in_one_repository_take_ten_pages(database_url, engine, github):
+def test_a_thousand_issues_in_one_repository_take_a_page_each_and_the_overlaps(database_url, engine, github):
+    """Each page after the first starts at the newest instant the last one reached
+    (inclusive), so it repeats that instant's issues: 36 here, about a third of a page."""
     github.add_issues("octo/cat", 1000)
     _, report, errors = poll(github, database_url)
-    assert errors == [] and "1000 open issues in 10 requests" in report["octo/cat"]
+    requests = int(re.search(r"1000 open issues in (\d+) requests", report["octo/cat"]).group(1))
+    assert errors == [] and 10 <= requests <= 16, report
     assert len(source_runs(engine)) == 1000
+
+
+def test_an_issue_updated_while_the_pages_are_read_shifts_none_out_of_the_poll(database_url, engine, github):
+    """150 open issues; after page 1 is served, one of its issues is commented on and moves to
+    the end of the `sort=updated` order. Offset pages would then skip the issue that slid
+    into page 1's range; keyset pages on `updated_at` skip none, now or at later polls."""
+    github.add_issues("octo/cat", 150)
+    github.after_page.append(lambda repository: github.set_title(repository, 1, "Issue 1", "2026-12-01T09:00:00Z"))
+    cursor, report, errors = poll(github, database_url)
+    assert errors == []
+    refs = {ref for ref, *_ in source_runs(engine, "github")}
+    assert refs == {f"octo/cat#{n}" for n in range(1, 151)}, sorted(set(f"octo/cat#{n}" for n in range(1, 151)) - refs)
+    assert cursor["octo/cat"]["since"] == "2026-12-01T09:00:00Z"
 
 
 def test_a_persistent_outage_fails_loudly_naming_the_repository(database_url, engine, github):

@@ -7,7 +7,7 @@ Pull requests, which GitHub's issues endpoint also returns, are excluded.
 
 Polling is cheap when nothing changed: the first page is requested with the ETag of the
 last poll (`If-None-Match`), and a 304 ends the poll for that repository. Later pages
-follow the `Link: rel="next"` header. Timeouts and 5xx answers are retried with backoff,
+are keyed on `updated_at` (see `open_issues`). Timeouts and 5xx answers are retried with backoff,
 within the poll's time budget: a poll runs inside a sensor evaluation, which Dagster
 times out, so it never sleeps past its deadline, and a rate limit is not waited out but
 reported (the next poll, minutes later, resumes). A repository's pages are all fetched
@@ -38,6 +38,7 @@ def issue_ref(repository: str, number: int) -> str:
 
 GITHUB = Source(name="github", job_name="github-issue", ref_convention="owner/repo#number", ref=issue_ref)
 RETRIES = 4
+PER_PAGE = 100
 
 
 class GitHubError(RuntimeError):
@@ -135,44 +136,71 @@ class GitHubClient:
         self.sleep(delay)
 
     def open_issues(self, repository: str, cursor: RepoCursor) -> RepoPoll:
+        """Every open issue updated since the cursor, in pages keyed on `updated_at`: each
+        page after the first asks `since` the newest instant the last page reached
+        (inclusive, so an issue sharing that instant is not lost at a page's edge) and
+        issues seen twice count once. Offset pages (`Link: rel="next"`) over an order that
+        moves while they are read would skip an issue for every one updated meanwhile."""
         poll = RepoPoll(repository, RepoCursor(cursor.etag, cursor.since))
-        params = {"state": "open", "sort": "updated", "direction": "asc", "per_page": 100}
+        endpoint = f"{self.api_url}/repos/{repository}/issues"
+        keyed = {"state": "open", "sort": "updated", "direction": "asc", "per_page": PER_PAGE}
         if cursor.since:
-            params["since"] = cursor.since
-        url: str | None = f"{self.api_url}/repos/{repository}/issues"
+            keyed["since"] = cursor.since
+        url, params = endpoint, keyed
+        issues: dict[int, dict] = {}
+        pull_requests: set[int] = set()
         page = 0
-        while url:
+        while True:
             page += 1
             first = page == 1
             headers = {"If-None-Match": cursor.etag} if first and cursor.etag else None
-            response = self.get(repository, url, params=params if first else None, headers=headers)
+            response = self.get(repository, url, params=params, headers=headers)
             poll.requests += 1
             if first and response.status_code == 304:
                 poll.not_modified = True
                 return poll
-            if response.status_code != 200:
-                raise GitHubError(f"{repository}: GitHub answered {response.status_code} on page {page}: "
-                                  f"{self.excerpt(response)}")
-            try:
-                items = response.json()
-            except (json.JSONDecodeError, ValueError) as error:
-                raise GitHubError(f"{repository}: malformed JSON on page {page}: {error}") from None
-            if not isinstance(items, list):
-                raise GitHubError(f"{repository}: page {page} is not a list of issues")
+            items = self._page(repository, response, page)
             for item in items:
-                if not isinstance(item, dict) or not isinstance(item.get("number"), int):
-                    raise GitHubError(f"{repository}: page {page} holds an entry without an issue number")
                 if "pull_request" in item:
-                    poll.pull_requests_skipped += 1
-                    continue
-                poll.issues.append(item)
+                    pull_requests.add(item["number"])
+                else:
+                    issues[item["number"]] = item
             if first:
                 poll.cursor.etag = response.headers.get("ETag")
-            url = response.links.get("next", {}).get("url")
+            newest = max((i["updated_at"] for i in items if i.get("updated_at")), default=None)
+            if len(items) < PER_PAGE or newest is None:
+                break
+            if newest == keyed.get("since"):
+                # A whole page on one instant: keys cannot move past it, so read the rest of
+                # that instant by offset.
+                following = response.links.get("next", {}).get("url")
+                if following is None:
+                    break
+                url, params = following, None
+                continue
+            keyed = {**keyed, "since": newest}
+            url, params = endpoint, keyed
+        poll.issues = list(issues.values())
+        poll.pull_requests_skipped = len(pull_requests)
         updated = [i["updated_at"] for i in poll.issues if i.get("updated_at")]
         if updated:
-            poll.cursor.since = max([*updated, *( [cursor.since] if cursor.since else [])])
+            poll.cursor.since = max([*updated, *([cursor.since] if cursor.since else [])])
         return poll
+
+    def _page(self, repository: str, response: requests.Response, page: int) -> list[dict]:
+        if response.status_code != 200:
+            raise GitHubError(f"{repository}: GitHub answered {response.status_code} on page {page}: "
+                              f"{self.excerpt(response)}")
+        try:
+            items = response.json()
+        except (json.JSONDecodeError, ValueError) as error:
+            raise GitHubError(f"{repository}: malformed JSON on page {page}: {error}") from None
+        if not isinstance(items, list):
+            raise GitHubError(f"{repository}: page {page} is not a list of issues")
+        for item in items:
+            if not isinstance(item, dict) or not isinstance(item.get("number"), int):
+                raise GitHubError(f"{repository}: page {page} holds an entry without an issue number")
+        return items
 
 
 def issue_payload(repository: str, issue: dict) -> dict:
