@@ -415,8 +415,8 @@ def test_a_dispatch_freezes_the_collectors_old_objects_only_while_it_runs(engine
 
 
 # What PostgreSQL writes when a page is first read after a write (hint bits, with data
-# checksums on; pruning dead versions): any reader's, not the dispatch's.
-READS_HOUSEKEEPING = ("FPI_FOR_HINT", "PRUNE_ON_ACCESS")
+# checksums on; pruning dead versions, "PRUNE" before PostgreSQL 17): any reader's, not the dispatch's.
+READS_HOUSEKEEPING = ("FPI_FOR_HINT", "PRUNE_ON_ACCESS", "PRUNE")
 
 
 def _wal_since(admin_url: str, start_lsn: str, database_oid: int) -> list[tuple]:
