@@ -20,7 +20,8 @@ MIX = [("daily", 10), ("weekly", 20), ("monthly", 40), ("quarterly", 15), ("year
 
 def load_duties(engine: Engine, count: int, frequencies: list[tuple[str, int]] = MIX, max_lead: int = 30,
                 zones: list[str] = BENCH_ZONES) -> None:
-    """`count` active recurring duties over the benchmark zones, leads 0..max_lead."""
+    """`count` active recurring duties over the benchmark zones, leads 0..max_lead, owed
+    all along: the checks judge them at the benchmarks' instants, which precede the load."""
     buckets = []
     for frequency, weight in frequencies:
         buckets += [frequency] * weight
@@ -28,11 +29,11 @@ def load_duties(engine: Engine, count: int, frequencies: list[tuple[str, int]] =
         conn.execute(text("TRUNCATE task, duty RESTART IDENTITY CASCADE"))
         conn.execute(text(
             """
-            INSERT INTO duty (workspace_id, title, kind, frequency, timezone, lead_days, state)
+            INSERT INTO duty (workspace_id, title, kind, frequency, timezone, lead_days, state, eligible_since)
             SELECT ('00000000-0000-0000-0000-' || lpad(((n % 97) + 1)::text, 12, '0'))::uuid,
                    'duty ' || n, 'recurring', (CAST(:buckets AS text[]))[1 + (n * 7919) % cardinality(CAST(:buckets AS text[]))],
                    (CAST(:zones AS text[]))[1 + (n * 104729) % cardinality(CAST(:zones AS text[]))],
-                   (n * 31337) % (CAST(:max_lead AS int) + 1), 'active'
+                   (n * 31337) % (CAST(:max_lead AS int) + 1), 'active', '-infinity'
             FROM generate_series(1::bigint, :count) AS n
             """
         ), {"buckets": buckets, "zones": zones, "max_lead": max_lead, "count": count})

@@ -11,6 +11,10 @@ it is: a duty and a period with no task.
 - Backfill at `as_of`: every requested period of every active recurring duty of the
   frequency, due inside the duty's window, that a scheduled run at `as_of` would reach
   (its start or its visible_from on or before the duty's today).
+
+Either way a duty is judged only if it was already eligible at the instant judged
+(`eligible_since`, migration 0017): one created, unpaused or re-windowed later owed
+that run nothing.
 """
 
 from dataclasses import dataclass
@@ -19,17 +23,28 @@ from datetime import datetime
 from sqlalchemy import Engine
 
 from pipelines.dispatch import DispatchReport, calendar_units, local_today
-from pipelines.periods import Period
+from pipelines.periods import Period, open_range
 from pipelines.planner import Mode
 
 SHOWN = 20
 
+# A duty that became eligible after the instant judged owed nothing to it (SPEC §6).
 _ELIGIBLE = """
     d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active' AND z.today IS NOT NULL
+    AND d.eligible_since <= %(as_of)s
 """
 
-# Each probe of task also names the run's keys as constants, which prune it to the
-# partitions that can hold them (joined on period_key alone, every partition is probed).
+# One probe of task_dispatch_identity per (duty, period), whatever the statistics say. As an
+# anti-join, the planner trusted a partition analyzed before a dispatch filled it: 80 rows
+# estimated, 120,000 there, so it materialized a scan of them once and compared every duty
+# with all of it (PostgreSQL 15: minutes). A LATERAL with a LIMIT is never flattened into a
+# join, so its scan runs once per row and only an index lookup is cheap enough to be chosen.
+# Each probe also names the run's keys as constants, which prune it to the partitions that
+# can hold them (on period_key alone, every partition is probed).
+_PROBE = """
+    LEFT JOIN LATERAL (SELECT 1 AS one FROM task t
+                       WHERE t.duty_id = d.id AND t.period_key = {key} AND {keys} LIMIT 1) found ON true
+"""
 _SCHEDULED_GAPS = f"""
     SELECT d.id, c.period_key, count(*) OVER ()
     FROM duty d
@@ -39,14 +54,14 @@ _SCHEDULED_GAPS = f"""
                CAST(s.start + CAST(%(step)s AS interval) - interval '1 day' AS date) AS due_date
         FROM (SELECT date_trunc(%(unit)s, CAST(z.today AS timestamp)) AS start) s
     ) c
+    {_PROBE.format(key="c.period_key", keys="t.period_key BETWEEN %(first_key)s AND %(last_key)s")}
     WHERE {_ELIGIBLE}
       AND (d.effective_from IS NULL OR d.effective_from <= z.today)
       AND (d.effective_to IS NULL OR z.today <= d.effective_to)
       AND (d.effective_from IS NULL OR d.effective_from <= c.due_date)
       AND (d.effective_to IS NULL OR c.due_date <= d.effective_to)
       AND c.period_key BETWEEN %(first_key)s AND %(last_key)s
-      AND NOT EXISTS (SELECT 1 FROM task t WHERE t.duty_id = d.id AND t.period_key = c.period_key
-                      AND t.period_key BETWEEN %(first_key)s AND %(last_key)s)
+      AND found.one IS NULL
     ORDER BY d.id
     LIMIT {SHOWN}
 """
@@ -57,12 +72,12 @@ _BACKFILL_GAPS = f"""
     {{today}}
     CROSS JOIN unnest(CAST(%(keys)s AS text[]), CAST(%(starts)s AS date[]), CAST(%(dues)s AS date[]))
         AS p(period_key, period_start, due_date)
+    {_PROBE.format(key="p.period_key", keys="t.period_key = ANY(%(keys)s)")}
     WHERE {_ELIGIBLE}
       AND (d.effective_from IS NULL OR d.effective_from <= p.due_date)
       AND (d.effective_to IS NULL OR p.due_date <= d.effective_to)
       AND (p.period_start <= z.today OR p.due_date - d.lead_days <= z.today)
-      AND NOT EXISTS (SELECT 1 FROM task t WHERE t.duty_id = d.id AND t.period_key = p.period_key
-                      AND t.period_key = ANY(%(keys)s))
+      AND found.one IS NULL
     ORDER BY d.id, p.period_key
     LIMIT {SHOWN}
 """
@@ -83,10 +98,15 @@ def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, re
     """The (duty, period) pairs the rules require after a run of `requested` at `as_of`
     that have no task: how many, and the first few in (duty, period) order."""
     today, params = local_today(as_of)
-    params.update(calendar_units(frequency), frequency=frequency)
+    params.update(calendar_units(frequency), frequency=frequency, as_of=as_of)
     if mode is Mode.SCHEDULED:
         query = _SCHEDULED_GAPS.format(today=today)
-        params.update(first_key=requested[0].key, last_key=requested[-1].key)
+        # A scheduled run is judged on each duty's current period only: the keys current
+        # somewhere on Earth at `as_of`, within the run's range. The lead periods of the
+        # range would only widen every probe to partitions no current key lies in.
+        current_first, current_last = open_range(frequency, as_of, 0)
+        params.update(first_key=max(requested[0].key, current_first.key),
+                      last_key=min(requested[-1].key, current_last.key))
     else:
         query = _BACKFILL_GAPS.format(today=today)
         params.update(keys=[p.key for p in requested], starts=[p.start for p in requested],

@@ -30,7 +30,8 @@ FIRE_TIMES_CHECK = "every_fire_time_is_queued"
 
 
 _SCHEDULED_JOBS = text(
-    "SELECT id, name, schedule, timezone FROM job WHERE enabled AND schedule IS NOT NULL ORDER BY id"
+    "SELECT id, name, schedule, timezone, scheduled_since FROM job WHERE enabled AND schedule IS NOT NULL "
+    "ORDER BY id"
 )
 _MISSING_RUNS = text(
     """

@@ -13,12 +13,15 @@ class ScheduledJob:
     name: str
     schedule: str
     timezone: str
+    # When its fire times became owed (registered, re-enabled, re-scheduled).
+    scheduled_since: datetime
 
 
 @dataclass
 class FirePlan:
     due: list[tuple[int, datetime]] = field(default_factory=list)
-    # Fire times a live run found older than the catch-up window: left for a backfill.
+    # Fire times a live run found older than the catch-up window, owed since the job's
+    # scheduled_since: left for a backfill. Older ones were never owed and are not listed.
     stale: list[tuple[int, datetime]] = field(default_factory=list)
     unplannable: dict[int, str] = field(default_factory=dict)
 
@@ -32,7 +35,9 @@ def plan_fire_times(
     catch_up: timedelta | None,
 ) -> FirePlan:
     """Every fire time in [start, end) of every job. With `catch_up` (live delivery),
-    fire times older than `as_of - catch_up` are set aside as stale instead of queued."""
+    fire times older than `as_of - catch_up` are set aside as stale instead of queued, or
+    dropped if the job did not yet owe them (a job registered at 14:37 missed nothing at
+    14:05); a backfill queues every fire time it is asked for."""
     result = FirePlan()
     oldest = as_of - catch_up if catch_up is not None else None
     for job in jobs:
@@ -42,7 +47,10 @@ def plan_fire_times(
             result.unplannable[job.id] = f"job {job.name!r}: {error}"
             continue
         for at in times:
-            (result.stale if oldest is not None and at < oldest else result.due).append((job.id, at))
+            if oldest is None or at >= oldest:
+                result.due.append((job.id, at))
+            elif at >= job.scheduled_since:
+                result.stale.append((job.id, at))
     return result
 
 

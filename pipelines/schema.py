@@ -82,6 +82,9 @@ duty = Table(
     Column("state", Text, nullable=False, server_default=text("'active'")),
     Column("last_dispatched_period", Text, nullable=True),
     *_timestamps(),
+    # When the duty last became owed something new (created, unpaused, re-windowed): the
+    # checks judge it only from then. Moved by migration 0017's trigger; tenants may not write it.
+    Column("eligible_since", DateTime(timezone=True), nullable=False, server_default=func.now()),
     # The span a scheduled run proved complete: every period whose key lies in it and whose
     # due date lies in the window has a task. Migration 0007's triggers clear it whenever
     # that could stop being true; a scheduled run skips a duty whose span covers its work.
@@ -145,6 +148,8 @@ job = Table(
     Column("enabled", Boolean, nullable=False, server_default=text("true")),
     Column("max_attempts", Integer, nullable=False, server_default=text("5")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # When its fire times became owed (registered, re-enabled, re-scheduled): migration 0017.
+    Column("scheduled_since", DateTime(timezone=True), nullable=False, server_default=func.now()),
     UniqueConstraint("name", name="job_name_key"),
     CheckConstraint(f"schedule ~ '{CRON_SHAPE}'", name="schedule_cron_shape"),
     CheckConstraint(f"max_attempts BETWEEN 1 AND {MAX_ATTEMPTS_LIMIT}", name="max_attempts_range"),

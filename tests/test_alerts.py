@@ -6,18 +6,22 @@ import threading
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import psycopg
 import pytest
 from dagster import DagsterInstance, build_run_status_sensor_context, materialize
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from sqlalchemy import select, update
 
+from pipelines.completeness import find_gaps
 from pipelines.definitions import defs
 from pipelines.dispatch import dispatch
 from pipelines.periods import open_range, parse_instant, periods_between
 from pipelines.planner import Mode
+from pipelines.schema import duty
 from resources.alerts import AlertWebhookResource
 from schedules.alerts import run_failure_alert_sensor
 from schedules.freshness import FRESHNESS_CHECK, stale_periods
-from tests.helpers import add_duty
+from tests.helpers import add_duty, tenant
 
 
 def _scheduled(engine, frequency, at):
@@ -38,6 +42,40 @@ def test_a_period_not_dispatched_an_hour_after_it_opened_fails_the_freshness_che
     # (UTC-10) in 12-03 likewise, and neither has its task.
     later = parse_instant("2026-12-03T11:30:00Z")
     assert stale_periods(engine, "daily", later).first == [(kiritimati, "2026-12-04"), (honolulu, "2026-12-03")]
+
+
+def test_a_duty_that_became_eligible_after_the_tick_is_judged_from_then(engine, database_url):
+    """Created, unpaused or re-windowed after 10:00: neither check fails at 10:30 (nothing
+    is behind); both judge it from the next tick. Its eligible_since is the database's."""
+    now = datetime.now(timezone.utc)
+    tick = now.replace(minute=0, second=0, microsecond=0)
+    created = add_duty(engine, frequency="daily", timezone="UTC", eligible_since=None)
+    paused = add_duty(engine, frequency="daily", timezone="UTC", state="paused")
+    windowed = add_duty(engine, frequency="daily", timezone="UTC", effective_to=tick.date() - timedelta(days=3))
+    with engine.begin() as conn:
+        conn.execute(update(duty).where(duty.c.id == paused).values(state="active"))
+        conn.execute(update(duty).where(duty.c.id == windowed).values(effective_to=None))
+        since = dict(conn.execute(select(duty.c.id, duty.c.eligible_since)).all())
+    assert all(since[d] >= now for d in (created, paused, windowed))
+    current = periods_between(*open_range("daily", tick, 0))
+    assert find_gaps(engine, frequency="daily", mode=Mode.SCHEDULED, as_of=tick,
+                     requested=current).count == 0
+    assert stale_periods(engine, "daily", now).count == 0
+    # From the instant it became eligible, a missing task is a gap again.
+    later = max(since.values()) + timedelta(hours=1)
+    assert {d for d, _ in stale_periods(engine, "daily", later + timedelta(hours=1)).first} == \
+        {created, paused, windowed}
+
+
+def test_a_tenant_cannot_move_a_duty_out_of_the_checks_sight(engine, database_url, workspace):
+    duty_id = add_duty(engine, workspace_id=workspace, frequency="daily")
+    with tenant(database_url, workspace) as conn:
+        for statement in ("UPDATE duty SET eligible_since = 'infinity' WHERE id = %s",
+                          "INSERT INTO duty (workspace_id, title, kind, frequency, timezone, eligible_since) "
+                          "SELECT workspace_id, 'x', 'recurring', 'daily', 'UTC', 'infinity' FROM duty WHERE id = %s"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied"):
+                conn.execute(statement, (duty_id,))
+            conn.rollback()
 
 
 def test_the_freshness_checks_run_as_a_job_and_name_what_is_missing(engine):

@@ -120,14 +120,39 @@ def test_an_hourly_backfill_enqueues_every_fire_time_once(engine):
     assert database_fingerprint(engine) == before
 
 
+def owed_since(engine, name, instant):
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE job SET scheduled_since = :t WHERE name = :n"), {"t": instant, "n": name})
+
+
 def test_live_delivery_leaves_stale_fire_times_for_a_visible_backfill(engine):
     register_job(engine, "every-ten", schedule="*/10 * * * *")
+    owed_since(engine, "every-ten", "2026-08-31T09:00:00Z")
     live = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:40:00Z", live=True)
     assert iso(t for _, t in queued(engine)) == ["2026-08-31T10:30Z", "2026-08-31T10:40Z", "2026-08-31T10:50Z"]
     check = live.get_asset_check_evaluations()[0]
     assert not check.passed and check.metadata["missing"].value == 3
     backfill = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:40:00Z")
     assert len(queued(engine)) == 6 and backfill.get_asset_check_evaluations()[0].passed
+
+
+def test_a_job_owes_no_fire_time_from_before_it_was_scheduled(engine):
+    """A fresh install's first hour, or a job registered mid-hour: the fire times before it
+    were never owed, so the live run neither queues nor reports them; a backfill still
+    queues them when an operator asks."""
+    register_job(engine, "every-ten", schedule="*/10 * * * *")
+    owed_since(engine, "every-ten", "2026-08-31T10:27:00Z")
+    live = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:40:00Z", live=True)
+    check = live.get_asset_check_evaluations()[0]
+    assert check.passed and check.metadata["stale_not_queued"].value == 0
+    assert iso(t for _, t in queued(engine)) == ["2026-08-31T10:30Z", "2026-08-31T10:40Z", "2026-08-31T10:50Z"]
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE job SET schedule = '*/20 * * * *' WHERE name = 'every-ten'"))
+        moved = conn.execute(text("SELECT scheduled_since > '2026-12-01' FROM job WHERE name = 'every-ten'")).scalar()
+    assert moved, "a new cron is owed from when it was set"
+    backfill = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:40:00Z")
+    assert backfill.get_asset_check_evaluations()[0].passed
+    assert iso(t for _, t in queued(engine))[:2] == ["2026-08-31T10:00Z", "2026-08-31T10:20Z"]
 
 
 @pytest.mark.parametrize("cron", ["99 * * * *", "0 0 31 2 *"])
