@@ -7,6 +7,8 @@ from datetime import datetime, timezone
 from typing import Optional
 
 from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
@@ -20,7 +22,7 @@ from dagster import (
 )
 from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 
-from pipelines.completeness import find_gaps
+from pipelines.completeness import FRESHNESS_CHECK, find_gaps, stale_periods
 from pipelines.dispatch import DispatchReport, dispatch
 from pipelines.partitions import SINGLE_RUN, TASK_PARTITIONS, task_asset_name
 from pipelines.periods import parse_instant, period_from_partition_key, periods_between
@@ -58,6 +60,17 @@ def dispatched(counts: dict[str, int]) -> bool:
     because no duty was eligible; a period entirely beyond what a scheduled run at the
     run's instant would create (only skips) was not dispatched."""
     return counts["created"] + counts["existing"] > 0 or counts["skipped"] == 0
+
+
+def freshness_verdict(engine, frequency: str, log) -> dict:
+    """The freshness check's result now, as keyword arguments of an AssetCheckResult."""
+    gaps = stale_periods(engine, frequency, datetime.now(timezone.utc))
+    if gaps.count:
+        log.error("%s dispatch is behind: %s", frequency, gaps.describe())
+    return dict(passed=not gaps.count, severity=AssetCheckSeverity.ERROR,
+                description=gaps.describe() if gaps.count else None,
+                metadata={"missing": gaps.count,
+                          "first_missing": MetadataValue.json([list(pair) for pair in gaps.first])})
 
 
 def build_task_asset(frequency: str) -> AssetsDefinition:
@@ -131,6 +144,12 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
                              as_of.isoformat(), ", ".join(beyond))
         if unchanged:
             context.log.info("%d periods dispatched before and unchanged by this run: not reported again", unchanged)
+        # A run that plans the freshness check (a backfill, a "Materialize") gets its result
+        # here: its own step is skipped behind an asset that yields no output.
+        freshness = AssetCheckKey(context.asset_key, FRESHNESS_CHECK)
+        if freshness in context.job_def.asset_layer.asset_graph.asset_check_keys:
+            context.log_event(AssetCheckEvaluation(asset_key=context.asset_key, check_name=FRESHNESS_CHECK,
+                                                   **freshness_verdict(database.engine(), frequency, context.log)))
         yield AssetCheckResult(
             check_name=COMPLETENESS_CHECK,
             passed=not gaps.count,

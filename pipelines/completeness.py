@@ -18,15 +18,18 @@ that run nothing.
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
 
 from pipelines.dispatch import DispatchReport, calendar_units, local_today
-from pipelines.periods import Period, open_range
+from pipelines.periods import Period, open_range, periods_between
 from pipelines.planner import Mode
 
 SHOWN = 20
+FRESHNESS_CHECK = "current_period_dispatched"
+# A period is owed its tasks once the tick after it opened has had an hour to run.
+GRACE = timedelta(hours=1)
 
 # A duty that became eligible after the instant judged owed nothing to it (SPEC §6).
 _ELIGIBLE = """
@@ -122,3 +125,11 @@ def gaps_after(engine: Engine, report: DispatchReport) -> Gaps:
     """The gaps the rules see after the run `report` describes."""
     return find_gaps(engine, frequency=report.frequency, mode=report.mode, as_of=report.as_of,
                      requested=report.requested)
+
+
+def stale_periods(engine: Engine, frequency: str, now: datetime) -> Gaps:
+    """Eligible duties without the task of the period they have been in for GRACE: the
+    scheduled-run rules as of GRACE ago, over the periods current anywhere then."""
+    as_of = now - GRACE
+    return find_gaps(engine, frequency=frequency, mode=Mode.SCHEDULED, as_of=as_of,
+                     requested=periods_between(*open_range(frequency, as_of, 0)))

@@ -6,6 +6,9 @@ from the latest local date. The run gets the tick as its `as_of`, so a re-execut
 stays a scheduled run as of the original tick."""
 
 from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    AssetSelection,
     DefaultScheduleStatus,
     RunRequest,
     ScheduleDefinition,
@@ -16,6 +19,7 @@ from dagster import (
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from sqlalchemy import text
 
+from pipelines.completeness import FRESHNESS_CHECK
 from pipelines.partitions import DISPATCH_CRON, task_asset_name
 from pipelines.periods import open_range
 from pipelines.schema import FREQUENCIES
@@ -28,8 +32,12 @@ _MAX_LEAD = text(
 
 
 def build_dispatch_job(frequency: str):
-    """A named job per task asset, so the runs list names what each run dispatches."""
-    return define_asset_job(f"dispatch_{frequency}_tasks", selection=[task_asset_name(frequency)],
+    """A named job per task asset, so the runs list names what each run dispatches. The
+    freshness check is not part of it: the half-past job runs it (schedules/freshness.py)."""
+    asset_name = task_asset_name(frequency)
+    selection = AssetSelection.assets(asset_name) - AssetSelection.checks(AssetCheckKey(AssetKey(asset_name),
+                                                                                         FRESHNESS_CHECK))
+    return define_asset_job(f"dispatch_{frequency}_tasks", selection=selection,
                             description=f"Dispatches the {frequency} tasks of the selected periods.")
 
 

@@ -8,8 +8,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import psycopg
 import pytest
-from dagster import DagsterInstance, build_run_status_sensor_context, materialize
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from dagster import AssetCheckKey, AssetKey, DagsterInstance, build_run_status_sensor_context, materialize
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, SCHEDULE_NAME_TAG
 from sqlalchemy import select, update
 
 from pipelines.completeness import find_gaps
@@ -20,7 +21,7 @@ from pipelines.planner import Mode
 from pipelines.schema import duty
 from resources.alerts import AlertWebhookResource
 from schedules.alerts import run_failure_alert_sensor
-from schedules.freshness import FRESHNESS_CHECK, stale_periods
+from pipelines.completeness import FRESHNESS_CHECK, stale_periods
 from tests.helpers import add_duty, tenant
 
 
@@ -92,6 +93,36 @@ def test_the_freshness_checks_run_as_a_job_and_name_what_is_missing(engine):
         _scheduled(engine, "monthly", at)
     result = job.execute_in_process(instance=DagsterInstance.ephemeral())
     assert all(e.passed for e in result.get_asset_check_evaluations())
+
+
+def _latest_freshness(instance, asset):
+    key = AssetCheckKey(AssetKey(asset), FRESHNESS_CHECK)
+    return instance.event_log_storage.get_latest_asset_check_execution_by_key([key]).get(key)
+
+
+def test_the_freshness_check_shows_its_last_real_result_whatever_else_runs(engine):
+    """Dagster plans every check of the assets a backfill or a "Materialize" selects, and
+    records one whose step was skipped as "Skipped": the asset evaluates it there instead,
+    and the hourly dispatch runs never plan it."""
+    instance = DagsterInstance.ephemeral()
+    duty_id = add_duty(engine, frequency="monthly", timezone="UTC")
+    defs.resolve_job_def("freshness_checks").execute_in_process(instance=instance)
+    checked = _latest_freshness(instance, "monthly_tasks")
+    assert checked.status is AssetCheckExecutionRecordStatus.FAILED
+    assert f"duty {duty_id} has no task for" in checked.event.dagster_event.event_specific_data.description
+
+    now = datetime.now(timezone.utc)
+    first, last = open_range("monthly", now - timedelta(days=40), 0)[0], open_range("monthly", now, 0)[1]
+    tags = {ASSET_PARTITION_RANGE_START_TAG: first.partition_key, ASSET_PARTITION_RANGE_END_TAG: last.partition_key}
+    backfill = defs.resolve_implicit_global_asset_job_def().execute_in_process(
+        instance=instance, asset_selection=[AssetKey("monthly_tasks")], tags=tags)
+    evaluated = _latest_freshness(instance, "monthly_tasks")
+    assert (evaluated.run_id, evaluated.status) == (backfill.run_id, AssetCheckExecutionRecordStatus.SUCCEEDED)
+
+    scheduled = defs.resolve_job_def("dispatch_monthly_tasks").execute_in_process(
+        instance=instance, tags={**tags, SCHEDULE_NAME_TAG: "monthly_tasks_schedule"})
+    assert scheduled.success
+    assert _latest_freshness(instance, "monthly_tasks").run_id == backfill.run_id
 
 
 class _Webhook:
