@@ -109,8 +109,9 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
         if gaps.count:
             context.log.error("%s %s is incomplete: %s", mode.value, name, gaps.describe())
         context.log.info(
-            "%s %s as of %s over %s..%s: created %d, existing %d, skipped %d, outside_window %d\n%s",
-            mode.value, name, as_of.isoformat(), report.first_period, report.last_period,
+            "%s %s as of %s over %s..%s: %d duties read (a scheduled run skips those earlier runs left "
+            "complete), created %d, existing %d, skipped %d, outside_window %d\n%s",
+            mode.value, name, as_of.isoformat(), report.first_period, report.last_period, report.duties_read,
             report.total("created"), report.total("existing"), report.total("skipped"),
             report.total("outside_window"), _markdown(report),
         )

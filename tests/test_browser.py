@@ -96,7 +96,9 @@ def test_a_backfill_launched_by_clicking_shows_each_partitions_own_counts_and_no
     assert process.poll() is None, log_path.read_text()[-4000:]
     page = browser
     _open(page, port, "/assets/monthly_tasks?view=partitions", "1-monthly-before.png")
-    assert _count(page, "Materialized") == 0
+    # Only what `rota dev` dispatched at start, before these duties: the month current
+    # somewhere on Earth (two around a month's turn).
+    assert _count(page, "Materialized") <= 2
 
     page.get_by_role("button", name="Materialize…").click()
     dialog = page.get_by_role("dialog")

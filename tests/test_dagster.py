@@ -208,3 +208,19 @@ def test_every_frequency_schedule_runs(engine):
         ids["quarterly"]: ["2027-Q1"],
         ids["yearly"]: ["2027"],
     }
+
+
+def test_a_run_calls_beyond_only_periods_that_have_no_task(engine):
+    """A duty whose tasks an earlier run made is not read again (the pre-filter), so a lead
+    week that a newer duty only skips still holds the older duty's task: the run counts it
+    as existing and never logs it as not dispatched."""
+    early = add_duty(engine, frequency="weekly", timezone="UTC", lead_days=30)
+    tick = parse_instant("2026-11-20T12:00:00Z")
+    instance = DagsterInstance.ephemeral()
+    scheduled_run("weekly", tick, instance)
+    leads = [key for key in task_keys(engine, early) if key != "2026-W47"]
+    assert leads  # the early duty's lead weeks exist
+    add_duty(engine, frequency="weekly", timezone="UTC", lead_days=0)
+    _, result = scheduled_run("weekly", tick + timedelta(hours=1), instance)
+    said = [e.user_message for e in instance.all_logs(result.run_id) if "not dispatched" in e.user_message]
+    assert not any(key in message for key in leads for message in said), said
