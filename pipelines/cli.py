@@ -392,7 +392,8 @@ _DAGSTER_ENV = """
   ROTA_SCHEDULE_CATCHUP_MINUTES   a job's missed fire times still queued by the hour (default 15)
   ROTA_SCHEDULE_LOOKAHEAD_MINUTES fire times queued ahead of time (default 60)
   ROTA_RETENTION_DAYS             finished queue runs kept before pruning (default 450)
-  ROTA_ALERT_WEBHOOK_URL          where failed runs are posted as JSON (default: nowhere)
+  ROTA_ALERT_WEBHOOK_URL          where failed runs and checks are posted as JSON (default: nowhere)
+  ROTA_QUEUE_MAX_WAIT_SECONDS     a due run waiting longer fails the queue's check (default 300)
   ROTA_GITHUB_REPOSITORIES        owner/name,... the GitHub Source polls (default: none)
   ROTA_GITHUB_TOKEN, ROTA_GITHUB_API_URL   its token, and its API (default https://api.github.com)"""
 

@@ -194,6 +194,12 @@ job_queue = Table(
     Column("last_error", Text, nullable=True),
     *_timestamps(),
     Column("finished_at", DateTime(timezone=True), nullable=True),
+    # When the latest attempt was claimed; and an operator's latest action from Dagster,
+    # when, and by which Dagster run (migration 0018).
+    Column("started_at", DateTime(timezone=True), nullable=True),
+    Column("operator_action", Text, nullable=True),
+    Column("operator_action_at", DateTime(timezone=True), nullable=True),
+    Column("operator_run_id", Text, nullable=True),
     UniqueConstraint("job_id", "scheduled_for", name="job_queue_schedule_identity"),
     UniqueConstraint("event_id", "job_id", name="job_queue_event_identity"),
     UniqueConstraint("source", "source_ref", name="job_queue_source_identity"),
@@ -206,6 +212,9 @@ job_queue = Table(
         name="lease_matches_state",
     ),
     CheckConstraint("attempts >= 0", name="attempts_non_negative"),
+    CheckConstraint("operator_action IN ('retried', 'cancelled')", name="operator_action_valid"),
+    CheckConstraint("(operator_action IS NULL) = (operator_action_at IS NULL) "
+                    "AND (operator_action IS NULL) = (operator_run_id IS NULL)", name="operator_action_recorded"),
     # Claiming reads queued rows in run_at order.
     Index("job_queue_claim_idx", "state", "run_at"),
 )

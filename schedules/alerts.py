@@ -1,13 +1,26 @@
-"""Telling an operator that a run failed: a webhook, set by configuration.
+"""Telling an operator that something failed: a webhook, set by configuration.
 
 `run_failure_alert_sensor` posts one JSON message per failed run of this code location to
 ROTA_ALERT_WEBHOOK_URL (read through an EnvVar: Dagster shows its name, never its value,
-so a URL that carries a token stays secret). Without it set, failures are only in Dagster."""
+so a URL that carries a token stays secret). `check_failure_alert_sensor` posts each
+asset check of this code location that turns failed at ERROR (the freshness checks, the
+queue's health): once when it turns, not at every failing evaluation after. Without the
+URL set, failures are only in Dagster."""
 
+import json
 import logging
 
 import requests
-from dagster import DefaultSensorStatus, RunFailureSensorContext, run_failure_sensor
+from dagster import (
+    AssetCheckSeverity,
+    DefaultSensorStatus,
+    RunFailureSensorContext,
+    SensorEvaluationContext,
+    SkipReason,
+    run_failure_sensor,
+    sensor,
+)
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from resources.alerts import AlertWebhookResource
 
@@ -35,4 +48,40 @@ def run_failure_alert_sensor(context: RunFailureSensorContext, alerts: AlertWebh
     response.raise_for_status()
 
 
-ALERT_SENSORS = [run_failure_alert_sensor]
+def check_failure_message(key, evaluation) -> dict:
+    return {
+        "text": f"rota: check {key.name} on {key.asset_key.to_user_string()} failed: {evaluation.description}",
+        "asset": key.asset_key.to_user_string(),
+        "check": key.name,
+        "description": evaluation.description,
+    }
+
+
+@sensor(name="check_failure_alert_sensor", minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
+        description="Posts each asset check that turns failed at ERROR to ROTA_ALERT_WEBHOOK_URL, once per turn.")
+def check_failure_alert_sensor(context: SensorEvaluationContext, alerts: AlertWebhookResource) -> SkipReason:
+    # The cursor holds each check's last finished verdict: "failed" or "passed".
+    verdicts = json.loads(context.cursor) if context.cursor else {}
+    keys = sorted(context.repository_def.asset_graph.asset_check_keys, key=lambda k: k.to_user_string())
+    latest = context.instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
+    posted = []
+    for key in keys:
+        record = latest.get(key)
+        if record is None or record.status not in (AssetCheckExecutionRecordStatus.SUCCEEDED,
+                                                   AssetCheckExecutionRecordStatus.FAILED):
+            continue  # planned, running or skipped: no verdict
+        evaluation = record.event.dagster_event.event_specific_data
+        failed = record.status is AssetCheckExecutionRecordStatus.FAILED and \
+            evaluation.severity is AssetCheckSeverity.ERROR
+        name = key.to_user_string()
+        if failed and verdicts.get(name) != "failed" and alerts.url:
+            response = requests.post(alerts.url, json=check_failure_message(key, evaluation),
+                                     timeout=alerts.timeout_seconds)
+            response.raise_for_status()
+            posted.append(name)
+        verdicts[name] = "failed" if failed else "passed"
+    context.update_cursor(json.dumps(verdicts, sort_keys=True))
+    return SkipReason(f"posted {', '.join(posted)}" if posted else "no check turned failed")
+
+
+ALERT_SENSORS = [run_failure_alert_sensor, check_failure_alert_sensor]

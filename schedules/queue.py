@@ -1,12 +1,16 @@
-"""Sensors that keep the job queue flowing: live delivery of cron fire times, and event
-dispatch."""
+"""Sensors that keep the job queue flowing (live delivery of cron fire times, event
+dispatch) and show it in the UI (job_queue_sensor)."""
 
 from datetime import datetime, timezone
 
 from dagster import (
+    AssetCheckEvaluation,
+    AssetKey,
+    AssetMaterialization,
     DefaultSensorStatus,
     RunRequest,
     SensorEvaluationContext,
+    SensorResult,
     SkipReason,
     define_asset_job,
     sensor,
@@ -15,6 +19,8 @@ from sqlalchemy import text
 
 from pipelines.queue import dispatch_pending_events
 from pipelines.queue_assets import HOURLY, LIVE_TAG, SCHEDULED_RUNS
+from pipelines.queue_operations import read_queue_state
+from pipelines.queue_view import JOB_QUEUE, QUEUE_HEALTH_CHECK, operate_job_queue, queue_health, queue_metadata
 from pipelines.scheduling import live_hours
 from resources.postgres import PostgresResource
 from resources.scheduling import SchedulingSettings
@@ -68,5 +74,22 @@ def event_dispatch_sensor(context: SensorEvaluationContext, database: PostgresRe
     return SkipReason(f"delivered {delivered} events, queued {created} runs")
 
 
-QUEUE_JOBS = [deliver_scheduled_runs_job]
-QUEUE_SENSORS = [scheduled_runs_sensor, event_dispatch_sensor]
+@sensor(
+    name="job_queue_sensor",
+    minimum_interval_seconds=60,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Every minute, reports the job queue's state per job as a materialisation of job_queue "
+                "(no run: numbers Dagster plots) and evaluates its check no_failed_or_waiting_runs.",
+)
+def job_queue_sensor(context: SensorEvaluationContext, database: PostgresResource,
+                     scheduling: SchedulingSettings) -> SensorResult:
+    state = read_queue_state(database.engine())
+    return SensorResult(asset_events=[
+        AssetMaterialization(asset_key=JOB_QUEUE, metadata=queue_metadata(state)),
+        AssetCheckEvaluation(asset_key=AssetKey(JOB_QUEUE), check_name=QUEUE_HEALTH_CHECK,
+                             **queue_health(state, scheduling.max_wait_seconds)),
+    ])
+
+
+QUEUE_JOBS = [deliver_scheduled_runs_job, operate_job_queue]
+QUEUE_SENSORS = [scheduled_runs_sensor, event_dispatch_sensor, job_queue_sensor]

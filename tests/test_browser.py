@@ -12,8 +12,10 @@ import shutil
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from sqlalchemy import text
 
 from pipelines.periods import period_containing
+from pipelines.queue import enqueue_scheduled, register_job
 from resources.server import ROTA_HOME_DEFAULT
 from tests.helpers import duty_values, insert_duties
 from tests.test_end_to_end import answers, graphql, start_rota_dev, wait_for
@@ -138,3 +140,54 @@ def test_a_backfill_launched_by_clicking_shows_each_partitions_own_counts_and_no
     page.wait_for_timeout(1500)
     page.screenshot(path=str(SHOTS / "5-a-future-partition.png"), full_page=True)
     assert page.get_by_text("Materialized", exact=True).count() == 0  # not green
+
+
+def _skip_sign_up(page):
+    skip = page.get_by_role("button", name="Skip")  # Dagster's community sign-up, shown now and then
+    if skip.is_visible():
+        skip.click()
+
+
+def test_an_operator_sees_a_failed_queue_run_with_its_error_and_retries_it_from_the_launchpad(
+        engine, rota_dev, browser):
+    process, port, log_path = rota_dev
+    job_id = register_job(engine, "mail", max_attempts=1)  # no handler: rota dev's worker fails its run
+    failed = enqueue_scheduled(engine, job_id, datetime.now(timezone.utc).replace(microsecond=0)).run_id
+
+    def row():
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT state, operator_action, operator_run_id FROM job_queue WHERE id = :id"),
+                                {"id": failed}).one()
+
+    wait_for(lambda: row().state == "failed", 180, "rota dev's worker to fail the run")
+    wait_for(lambda: answers(port) or process.poll() is not None, 120, "the Dagster webserver")
+    assert process.poll() is None, log_path.read_text()[-4000:]
+    page = browser
+
+    def shown():
+        page.goto(f"http://127.0.0.1:{port}/assets/job_queue")
+        page.get_by_text("Latest materialization").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(1500)
+        return page.get_by_text("no handler is registered for job 'mail'").count() > 0
+
+    # job_queue_sensor reports the queue every minute: the failed run, its job and its error.
+    wait_for(shown, 240, "the failed run on the job_queue asset", interval=5)
+    _skip_sign_up(page)
+    page.screenshot(path=str(SHOTS / "6-job-queue.png"), full_page=True)
+    assert re.search(rf"\b{failed}\s+mail\s+1\b", page.inner_text("body"))
+
+    page.goto(f"http://127.0.0.1:{port}/locations/rota/jobs/operate_job_queue/playground")
+    page.locator(".CodeMirror").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)
+    _skip_sign_up(page)
+    # What an operator types into the launchpad's editor, set through CodeMirror's own API.
+    page.evaluate("yaml => document.querySelector('.CodeMirror').CodeMirror.setValue(yaml)",
+                  f"ops:\n  runs:\n    config:\n      retry: [{failed}]\n      cancel: []\n")
+    page.screenshot(path=str(SHOTS / "7-retry-launchpad.png"), full_page=True)
+    page.get_by_role("button", name="Launch Run").click()
+    page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=30_000)
+    dagster_run = page.url.rsplit("/", 1)[1]
+    # The retry is recorded on the run's row, naming the Dagster run that did it; the worker
+    # then takes the run again (and, with no handler, fails it again).
+    wait_for(lambda: row().operator_action == "retried", 180, "the retry to be recorded")
+    assert row().operator_run_id == dagster_run

@@ -44,12 +44,14 @@ def by_partition(result, name):
 
 def test_the_definitions_load_with_every_asset_schedule_and_sensor():
     repository = defs.get_repository_def()
+    repository.load_all_definitions()  # what a code server does: names that clash fail here
     assert sorted(k.to_user_string() for k in repository.asset_graph.get_all_asset_keys()) == sorted(
-        [f"{f}_tasks" for f in FREQUENCIES] + ["nightly_maintenance", "scheduled_runs"])
+        [f"{f}_tasks" for f in FREQUENCIES] + ["job_queue", "nightly_maintenance", "scheduled_runs"])
     assert sorted(s.name for s in repository.schedule_defs) == sorted(
         [f"{f}_tasks_schedule" for f in FREQUENCIES] + ["nightly_maintenance_schedule", "freshness_checks_schedule"])
     assert sorted(s.name for s in repository.sensor_defs) == [
-        "event_dispatch_sensor", "github_issues_sensor", "run_failure_alert_sensor", "scheduled_runs_sensor"]
+        "check_failure_alert_sensor", "event_dispatch_sensor", "github_issues_sensor", "job_queue_sensor",
+        "run_failure_alert_sensor", "scheduled_runs_sensor"]
     # Every run names its job (the runs list's Target column).
     assert {s.name: s.job_name for s in repository.schedule_defs if s.name.endswith("_tasks_schedule")} == {
         f"{f}_tasks_schedule": f"dispatch_{f}_tasks" for f in FREQUENCIES}
