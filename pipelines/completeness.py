@@ -17,6 +17,7 @@ Either way a duty is judged only if it was already eligible at the instant judge
 that run nothing.
 """
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -44,6 +45,8 @@ _ELIGIBLE = """
 # join, so its scan runs once per row and only an index lookup is cheap enough to be chosen.
 # Each probe also names the run's keys as constants, which prune it to the partitions that
 # can hold them (on period_key alone, every partition is probed).
+_ID_RANGE = "SELECT min(id), max(id) FROM duty WHERE frequency = %s"
+
 _PROBE = """
     LEFT JOIN LATERAL (SELECT 1 AS one FROM task t
                        WHERE t.duty_id = d.id AND t.period_key = {key} AND {keys} LIMIT 1) found ON true
@@ -58,7 +61,7 @@ _SCHEDULED_GAPS = f"""
         FROM (SELECT date_trunc(%(unit)s, CAST(z.today AS timestamp)) AS start) s
     ) c
     {_PROBE.format(key="c.period_key", keys="t.period_key BETWEEN %(first_key)s AND %(last_key)s")}
-    WHERE {_ELIGIBLE}
+    WHERE {_ELIGIBLE} AND d.id BETWEEN %(lo)s AND %(hi)s
       AND (d.effective_from IS NULL OR d.effective_from <= z.today)
       AND (d.effective_to IS NULL OR z.today <= d.effective_to)
       AND (d.effective_from IS NULL OR d.effective_from <= c.due_date)
@@ -76,7 +79,7 @@ _BACKFILL_GAPS = f"""
     CROSS JOIN unnest(CAST(%(keys)s AS text[]), CAST(%(starts)s AS date[]), CAST(%(dues)s AS date[]))
         AS p(period_key, period_start, due_date)
     {_PROBE.format(key="p.period_key", keys="t.period_key = ANY(%(keys)s)")}
-    WHERE {_ELIGIBLE}
+    WHERE {_ELIGIBLE} AND d.id BETWEEN %(lo)s AND %(hi)s
       AND (d.effective_from IS NULL OR d.effective_from <= p.due_date)
       AND (d.effective_to IS NULL OR p.due_date <= d.effective_to)
       AND (p.period_start <= z.today OR p.due_date - d.lead_days <= z.today)
@@ -97,7 +100,8 @@ class Gaps:
         return f"{self.count} missing: {shown}{more}"
 
 
-def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, requested: list[Period]) -> Gaps:
+def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, requested: list[Period],
+              parallel: int = 1) -> Gaps:
     """The (duty, period) pairs the rules require after a run of `requested` at `as_of`
     that have no task: how many, and the first few in (duty, period) order."""
     today, params = local_today(as_of)
@@ -115,10 +119,30 @@ def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, re
         params.update(keys=[p.key for p in requested], starts=[p.start for p in requested],
                       dues=[p.end for p in requested])
     with engine.connect() as conn:
-        cursor = conn.connection.driver_connection.cursor()
-        rows = cursor.execute(query, params).fetchall()
+        lo, hi = conn.exec_driver_sql(_ID_RANGE, (frequency,)).one()
         conn.rollback()
-    return Gaps(rows[0][2] if rows else 0, [(duty_id, key) for duty_id, key, _ in rows])
+    if lo is None:
+        return Gaps(0, [])
+    # Each probe is one index lookup, and a million of them is seconds of one backend's
+    # time: split by duty id, they run on `parallel` connections at once.
+    step = (hi - lo) // parallel + 1
+    ranges = [(start, min(start + step - 1, hi)) for start in range(lo, hi + 1, step)]
+
+    def part(bounds: tuple[int, int]) -> list:
+        with engine.connect() as conn:
+            cursor = conn.connection.driver_connection.cursor()
+            rows = cursor.execute(query, {**params, "lo": bounds[0], "hi": bounds[1]}).fetchall()
+            conn.rollback()
+        return rows
+
+    if len(ranges) == 1:
+        parts = [part(ranges[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix=f"check-{frequency}") as pool:
+            parts = list(pool.map(part, ranges))
+    count = sum(rows[0][2] for rows in parts if rows)
+    first = sorted((duty_id, key) for rows in parts for duty_id, key, _ in rows)[:SHOWN]
+    return Gaps(count, first)
 
 
 def gaps_after(engine: Engine, report: DispatchReport) -> Gaps:

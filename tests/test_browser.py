@@ -140,6 +140,14 @@ def test_a_backfill_launched_by_clicking_shows_each_partitions_own_counts_and_no
     page.wait_for_timeout(1500)
     page.screenshot(path=str(SHOTS / "5-a-future-partition.png"), full_page=True)
     assert page.get_by_text("Materialized", exact=True).count() == 0  # not green
+    # and it says why: an observation on the partition, from the backfill's run, one click on.
+    page.get_by_role("button", name=re.compile(r"View all historical events \(1\)")).click()
+    events = page.get_by_role("dialog")
+    events.get_by_text("Observation", exact=True).wait_for(timeout=15_000)
+    events.get_by_text(beyond[0].partition_key, exact=True).first.click()  # the row unfolds its metadata
+    events.get_by_text("not_dispatched", exact=True).first.wait_for(timeout=15_000)
+    page.screenshot(path=str(SHOTS / "6-why-not-dispatched.png"), full_page=True)
+    assert "nothing is missing" in page.inner_text("body")
 
 
 def _skip_sign_up(page):
@@ -173,7 +181,7 @@ def test_an_operator_sees_a_failed_queue_run_with_its_error_and_retries_it_from_
     # job_queue_sensor reports the queue every minute: the failed run, its job and its error.
     wait_for(shown, 240, "the failed run on the job_queue asset", interval=5)
     _skip_sign_up(page)
-    page.screenshot(path=str(SHOTS / "6-job-queue.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "7-job-queue.png"), full_page=True)
     assert re.search(rf"\b{failed}\s+mail\s+1\b", page.inner_text("body"))
 
     page.goto(f"http://127.0.0.1:{port}/locations/rota/jobs/operate_job_queue/playground")
@@ -183,7 +191,7 @@ def test_an_operator_sees_a_failed_queue_run_with_its_error_and_retries_it_from_
     # What an operator types into the launchpad's editor, set through CodeMirror's own API.
     page.evaluate("yaml => document.querySelector('.CodeMirror').CodeMirror.setValue(yaml)",
                   f"ops:\n  runs:\n    config:\n      retry: [{failed}]\n      cancel: []\n")
-    page.screenshot(path=str(SHOTS / "7-retry-launchpad.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "8-retry-launchpad.png"), full_page=True)
     page.get_by_role("button", name="Launch Run").click()
     page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=30_000)
     dagster_run = page.url.rsplit("/", 1)[1]

@@ -50,3 +50,20 @@ def test_the_check_probes_each_duty_even_where_the_statistics_predate_the_dispat
 
     assert (backfill.count, backfill.first) == (2, [(daily[-1], "2027-03-02"), (daily[-1], "2027-03-08")])
     assert (scheduled.count, scheduled.first) == (1, [(daily[-1], "2027-03-08")])
+
+
+@pytest.mark.parametrize("mode", [Mode.SCHEDULED, Mode.BACKFILL])
+def test_the_check_split_across_connections_finds_what_one_connection_finds(engine, mode):
+    """Split by duty id, each part counts its own gaps and shows its first: together the
+    same count and the same first twenty as one query over all duties."""
+    ids = insert_duties(engine, [duty_values(frequency="daily", timezone=("UTC", "Asia/Tokyo", "America/Denver")[i % 3],
+                                             title=f"d {i}") for i in range(300)])
+    requested = periods_between(*open_range("daily", AS_OF, 0))
+    dispatch(engine, frequency="daily", mode=mode, as_of=AS_OF, requested=requested)
+    with engine.begin() as conn:  # gaps scattered over every part, the last duty among them
+        conn.execute(text("DELETE FROM task WHERE duty_id = ANY(:ids)"), {"ids": ids[5::7] + [ids[-1]]})
+    one = find_gaps(engine, frequency="daily", mode=mode, as_of=AS_OF, requested=requested)
+    assert one.count >= 43 and one.first[-1][0] < ids[-1]
+    for parallel in (2, 3, 7):
+        assert find_gaps(engine, frequency="daily", mode=mode, as_of=AS_OF, requested=requested,
+                         parallel=parallel) == one

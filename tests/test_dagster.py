@@ -115,6 +115,12 @@ def test_a_range_entirely_beyond_the_runs_instant_is_not_shown_materialized(engi
     result = run_asset("monthly_tasks", "2027-01-01", "2027-03-01", as_of="2026-12-25T12:00:00Z")
     assert result.success
     assert sorted(by_partition(result, "monthly_tasks")) == ["2027-01-01"]  # visible_from 2026-12-22
+    # The two left alone say why on their partitions (Dagster has no status for them).
+    observed = {e.event_specific_data.asset_observation.partition: e.event_specific_data.asset_observation.metadata
+                for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"}
+    assert sorted(observed) == ["2027-02-01", "2027-03-01"]
+    assert observed["2027-02-01"]["not_dispatched"].value.startswith("beyond what a scheduled run creates")
+    assert observed["2027-02-01"]["skipped"].value == 1
     with engine.begin() as conn:
         conn.execute(text("UPDATE duty SET state = 'archived'"))
     empty = run_asset("monthly_tasks", "2027-02-01", "2027-02-01", as_of="2026-12-25T12:00:00Z")
