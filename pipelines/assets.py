@@ -147,9 +147,14 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
                 asset_key=context.asset_key, partition=period.partition_key,
                 metadata={"period": period.key, "mode": mode.value, "as_of": as_of.isoformat(), **counts},
             )
-        if beyond:
+        if beyond and mode is Mode.BACKFILL:
             context.log.info("not dispatched, beyond what a scheduled run as of %s creates: %s",
                              as_of.isoformat(), ", ".join(beyond))
+        elif beyond:
+            # Duties whose tasks earlier runs made are not read again: these periods may
+            # well hold theirs, so the run claims nothing about them beyond what it read.
+            context.log.info("not reached by any duty this run read (duties that earlier runs left complete "
+                             "are not read again): %s", ", ".join(beyond))
         if unchanged:
             context.log.info("%d periods dispatched before and unchanged by this run: not reported again", unchanged)
         # A run that plans the freshness check (a backfill, a "Materialize") gets its result

@@ -257,7 +257,6 @@ IDENTITY = "task_dispatch_identity"
 # The page's partitions exist before its insert routes rows to them; the function takes
 # an advisory lock only when one is missing (the first night of a range, a backfill).
 _ENSURE_PARTITIONS = "SELECT rota_ensure_task_partitions(%s::text[])"
-_EXISTING_BY_PERIOD = "SELECT period_key, count(*) FROM task WHERE period_key = ANY(%s) GROUP BY period_key"
 _INSERT_NEW = _WRITE_OFFERED.format(offered=_OFFERED, move_marks=_MOVE_MARKS, on_conflict="")
 _INSERT_RACING = _WRITE_OFFERED.format(offered=_OFFERED, move_marks=_MOVE_MARKS,
                                        on_conflict=f"ON CONFLICT ON CONSTRAINT {IDENTITY} DO NOTHING")
@@ -584,20 +583,5 @@ def dispatch(
         ) from error
     finally:
         gc.unfreeze()
-    if mode is Mode.SCHEDULED:
-        _count_unread_existing(engine, report)
     return report
 
-
-def _count_unread_existing(engine: Engine, report: DispatchReport) -> None:
-    """The pre-filter does not read duties whose tasks earlier runs made, so a period this
-    run only skipped (beyond some duty's lead) may hold theirs: counted as existing, so no
-    report calls a dispatched period undone."""
-    only_skipped = [p.key for p in report.requested
-                    if report.periods[(p.key, "skipped")] and not report.periods[(p.key, "created")]
-                    and not report.periods[(p.key, "existing")]]
-    if not only_skipped:
-        return
-    with engine.connect() as conn:
-        for key, n in conn.exec_driver_sql(_EXISTING_BY_PERIOD, (only_skipped,)):
-            report.periods[(key, "existing")] += n

@@ -220,8 +220,8 @@ def test_every_frequency_schedule_runs(engine):
 
 def test_a_run_calls_beyond_only_periods_that_have_no_task(engine):
     """A duty whose tasks an earlier run made is not read again (the pre-filter), so a lead
-    week that a newer duty only skips still holds the older duty's task: the run counts it
-    as existing and never logs it as not dispatched."""
+    week that a newer duty only skips still holds the older duty's task: the run never
+    logs it as not dispatched."""
     early = add_duty(engine, frequency="weekly", timezone="UTC", lead_days=30)
     tick = parse_instant("2026-11-20T12:00:00Z")
     instance = DagsterInstance.ephemeral()
