@@ -10,6 +10,7 @@ from resources.github import github_from_env
 from resources.postgres import postgres_from_env
 from resources.scheduling import scheduling_settings_from_env
 from schedules.alerts import ALERT_SENSORS
+from schedules.backfills import backfill_outcome_sensor
 from schedules.dispatch import DISPATCH_JOBS, DISPATCH_SCHEDULES
 from schedules.freshness import FRESHNESS_CHECKS, freshness_checks_job, freshness_checks_schedule
 from schedules.github import GITHUB_SENSORS
@@ -21,7 +22,7 @@ defs = Definitions(
     asset_checks=[*FRESHNESS_CHECKS, queue_health_check],
     jobs=[*DISPATCH_JOBS.values(), *MAINTENANCE_JOBS, *QUEUE_JOBS, freshness_checks_job],
     schedules=[*DISPATCH_SCHEDULES, *MAINTENANCE_SCHEDULES, freshness_checks_schedule],
-    sensors=[*QUEUE_SENSORS, *GITHUB_SENSORS, *ALERT_SENSORS],
+    sensors=[*QUEUE_SENSORS, *GITHUB_SENSORS, *ALERT_SENSORS, backfill_outcome_sensor],
     resources={
         "database": postgres_from_env(),
         "scheduling": scheduling_settings_from_env(),

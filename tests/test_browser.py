@@ -1,6 +1,7 @@
 """What the Dagster UI shows a person, in a real Chromium against a real `rota dev`: a
 backfill selected and launched by clicking, after the operator moved rota's history back
-to reach it, each partition's own counts, and the future partitions not green. (A fresh
+to reach it, the backfill shown succeeded (not failed for the future months it rightly left
+alone), each partition's own counts, and the future partitions not green. (A fresh
 install's partitions are tests/test_fresh_start.py's.)
 
 Screenshots of each step are kept under .rota/browser/. Debian's `chromium` is driven
@@ -115,22 +116,40 @@ def test_a_backfill_launched_by_clicking_shows_each_partitions_own_counts_and_no
     dialog.get_by_role("button", name="Launch backfill").click()
     page.get_by_text("Created backfill", exact=False).wait_for(timeout=30_000)
 
-    def finished():
-        [backfill] = graphql(port, BACKFILLS, {})["partitionBackfillsOrError"]["results"]
-        return backfill if backfill["status"].startswith("COMPLETED") else None
+    statuses = []  # kept with the screenshots: how long Dagster's own verdict was shown
 
-    backfill = wait_for(finished, 300, "the backfill to finish", interval=2)
+    def succeeded():
+        [backfill] = graphql(port, BACKFILLS, {})["partitionBackfillsOrError"]["results"]
+        statuses.append(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {backfill['status']}")
+        return backfill if backfill["status"] == "COMPLETED_SUCCESS" else None
+
+    # Dagster's daemon closes it failed for the three months it left alone; rota's
+    # backfill_outcome_sensor closes it again as completed within seconds.
+    backfill = wait_for(succeeded, 300, "the backfill to succeed", interval=2)
     runs = graphql(port, RUNS, {"id": backfill["id"]})["runsOrError"]["results"]
     assert [r["status"] for r in runs] == ["SUCCESS"]  # one run over the range, and it succeeded
+    page.goto(f"http://127.0.0.1:{port}/runs/b/{backfill['id']}")
+    page.get_by_text("Succeeded", exact=True).first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)
+    (SHOTS / "3-backfill-statuses.txt").write_text("\n".join(statuses) + "\n")
+    page.screenshot(path=str(SHOTS / "3-backfill-succeeded.png"), full_page=True)
+    # Targeted, in progress, succeeded, failed: the three months left alone are in none but the first.
+    row = re.search(r"monthly_tasks\s+\d+% completed\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", page.inner_text("body"))
+    assert [int(n) for n in row.groups()] == [len(months), 0, len(months) - 3, 0], page.inner_text("body")
+    page.goto(f"http://127.0.0.1:{port}/runs")  # the runs list shows the backfill as one row
+    page.get_by_text(backfill["id"]).first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)
+    page.screenshot(path=str(SHOTS / "3-runs-list.png"), full_page=True)
+    assert page.get_by_text("Failure", exact=True).count() == 0  # no run, and not the backfill's row
 
-    _open(page, port, "/assets/monthly_tasks?view=partitions", "3-monthly-after.png")
+    _open(page, port, "/assets/monthly_tasks?view=partitions", "4-monthly-after.png")
     dispatched = len(months) - len(beyond)
     assert (_count(page, "Materialized"), _count(page, "Failed")) == (dispatched, 0)
     # A month no scheduled run ever creates (it is past everywhere): the backfill made it.
     past = reached[-3]
     page.get_by_text(past.partition_key, exact=True).first.click()
     page.get_by_text("outside_window", exact=True).wait_for()
-    page.screenshot(path=str(SHOTS / "4-a-past-partition.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "5-a-past-partition.png"), full_page=True)
     details = page.inner_text("body")
     # Its own period's count (40 duties, one task each), not the run's total.
     assert re.search(r"created\s+40\b", details), details[-1500:]
@@ -138,7 +157,7 @@ def test_a_backfill_launched_by_clicking_shows_each_partitions_own_counts_and_no
     assert page.get_by_text("Materialized", exact=True).count() == 1  # the badge of the past partition
     page.get_by_text(beyond[0].partition_key, exact=True).first.click()
     page.wait_for_timeout(1500)
-    page.screenshot(path=str(SHOTS / "5-a-future-partition.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "6-a-future-partition.png"), full_page=True)
     assert page.get_by_text("Materialized", exact=True).count() == 0  # not green
     # and it says why: an observation on the partition, from the backfill's run, one click on.
     page.get_by_role("button", name=re.compile(r"View all historical events \(1\)")).click()
@@ -146,7 +165,7 @@ def test_a_backfill_launched_by_clicking_shows_each_partitions_own_counts_and_no
     events.get_by_text("Observation", exact=True).wait_for(timeout=15_000)
     events.get_by_text(beyond[0].partition_key, exact=True).first.click()  # the row unfolds its metadata
     events.get_by_text("not_dispatched", exact=True).first.wait_for(timeout=15_000)
-    page.screenshot(path=str(SHOTS / "6-why-not-dispatched.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "7-why-not-dispatched.png"), full_page=True)
     assert "nothing is missing" in page.inner_text("body")
 
 

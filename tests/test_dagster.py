@@ -50,7 +50,7 @@ def test_the_definitions_load_with_every_asset_schedule_and_sensor():
     assert sorted(s.name for s in repository.schedule_defs) == sorted(
         [f"{f}_tasks_schedule" for f in FREQUENCIES] + ["nightly_maintenance_schedule", "freshness_checks_schedule"])
     assert sorted(s.name for s in repository.sensor_defs) == [
-        "check_failure_alert_sensor", "event_dispatch_sensor", "github_issues_sensor", "job_queue_sensor",
+        "backfill_outcome_sensor", "check_failure_alert_sensor", "event_dispatch_sensor", "github_issues_sensor", "job_queue_sensor",
         "run_failure_alert_sensor", "scheduled_runs_sensor"]
     # Every run names its job (the runs list's Target column).
     assert {s.name: s.job_name for s in repository.schedule_defs if s.name.endswith("_tasks_schedule")} == {
