@@ -141,6 +141,14 @@ def test_a_backfill_launched_by_clicking_shows_each_partitions_own_counts_and_no
     page.wait_for_timeout(1500)
     page.screenshot(path=str(SHOTS / "3-runs-list.png"), full_page=True)
     assert page.get_by_text("Failure", exact=True).count() == 0  # no run, and not the backfill's row
+    # The backfill planned the freshness check too: it shows the check's real result, not "Skipped".
+    page.goto(f"http://127.0.0.1:{port}/assets/monthly_tasks?view=checks")
+    page.get_by_text("current_period_dispatched").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)
+    page.screenshot(path=str(SHOTS / "3-checks.png"), full_page=True)
+    checks = page.inner_text("body")
+    assert "current_period_dispatched\nSucceeded" in checks and "Passed" in checks, checks
+    assert "Skipped" not in checks
 
     _open(page, port, "/assets/monthly_tasks?view=partitions", "4-monthly-after.png")
     dispatched = len(months) - len(beyond)
