@@ -1,4 +1,4 @@
-"""`rota bench`: every benchmark case, each a ratio against a baseline measured in the
+"""`python -m benchmarks`: every benchmark case, each a ratio against a baseline measured in the
 same run, median of at least three repetitions. Builds its own data in databases of
 its own on the embedded PostgreSQL (or ROTA_DATABASE_URL's server)."""
 
@@ -23,13 +23,22 @@ from sqlalchemy import Engine, create_engine, text
 
 from benchmarks.data import load_duties, reset_dispatch
 from benchmarks.queue_baselines import CONCURRENCY
-from pipelines import migrations
-from pipelines.dispatch import DEFAULT_PAGE_SIZE, dispatch, read_pages
-from pipelines.periods import open_range, period_containing, periods_between
-from pipelines.planner import Mode, plan
-from pipelines.queue import enqueue_scheduled, enqueue_scheduled_many, register_job
-from pipelines.schema import FREQUENCIES
-from resources.server import PROJECT_ROOT, driver_url, libpq_url, resolve_database_url, rota_home, with_database
+from pipelines.dispatch.planner import Mode, plan
+from pipelines.dispatch.reading import read_pages
+from pipelines.dispatch.run import DEFAULT_PAGE_SIZE, dispatch
+from pipelines.periods.calendar import open_range, period_containing, periods_between
+from pipelines.queue.enqueue import enqueue_scheduled, enqueue_scheduled_many
+from pipelines.queue.jobs import register_job
+from resources.database import migrate as migrations
+from resources.database.schema import FREQUENCIES
+from resources.database.server import (
+    PROJECT_ROOT,
+    driver_url,
+    libpq_url,
+    resolve_database_url,
+    rota_home,
+    with_database,
+)
 
 AS_OF = datetime(2026, 12, 2, 12, tzinfo=timezone.utc)
 COPY_TASK = ("COPY task_copy (duty_id, period_key, workspace_id, period_start, due_date, visible_from) "
@@ -584,9 +593,8 @@ def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
 def main(duties: int = 1_000_000, backfill_duties: int = 100_000, queue_runs: int = 100_000,
          repeat: int = 3, planner_sample: int = 100_000, only: list[str] | None = None,
          history_days: int = 365, year_duties: int = 100_000) -> int:
-    sys.path.insert(0, str(PROJECT_ROOT))
     server = resolve_database_url()
-    print(f"rota bench: {duties:,} duties, {backfill_duties:,} for the backfill, {queue_runs:,} queue runs, "
+    print(f"benchmarks: {duties:,} duties, {backfill_duties:,} for the backfill, {queue_runs:,} queue runs, "
           f"median of {repeat}; nproc {os.cpu_count()}", flush=True)
     url = fresh_database(server, "rota_bench")
     os.environ["ROTA_DATABASE_URL"] = url

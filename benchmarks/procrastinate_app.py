@@ -1,4 +1,4 @@
-"""The procrastinate baseline of `rota bench`: a no-op task (see queue_baselines)."""
+"""The procrastinate baseline of `python -m benchmarks`: a no-op task (see queue_baselines)."""
 
 import os
 

@@ -1,5 +1,5 @@
-"""The queues `rota bench` races rota's against: pgqueuer, Oban for Python and
-procrastinate, each with a no-op job. Runs in a virtualenv of its own (`rota bench`
+"""The queues `python -m benchmarks` races rota's against: pgqueuer, Oban for Python and
+procrastinate, each with a no-op job. Runs in a virtualenv of its own (`python -m benchmarks`
 builds it; Oban needs Python 3.12), never in rota's:
 
     python -m benchmarks.queue_baselines QUEUE install

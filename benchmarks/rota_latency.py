@@ -1,10 +1,10 @@
-"""The handler `rota bench` drains rota's queue with: a no-op like the baselines' (rota's
+"""The handler `python -m benchmarks` drains rota's queue with: a no-op like the baselines' (rota's
 own `noop` logs each run), which, for the latency case, writes how long after its run fell
 due it started (see benchmarks.queue_baselines.record)."""
 
 from benchmarks.queue_baselines import record
-from pipelines.handlers import handler
-from pipelines.queue import ClaimedRun
+from pipelines.queue.claims import ClaimedRun
+from pipelines.queue.handlers import handler
 
 
 @handler("bench_noop")

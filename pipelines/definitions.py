@@ -2,9 +2,10 @@
 
 from dagster import Definitions
 
-from pipelines.assets import TASK_ASSETS
-from pipelines.queue_assets import QUEUE_ASSETS
-from pipelines.queue_view import job_queue_asset, queue_health_check
+from pipelines.dispatch.assets import TASK_ASSETS
+from pipelines.queue.assets import QUEUE_ASSETS
+from pipelines.queue.view import job_queue_asset, queue_health_check
+from pipelines.sources.assets import SOURCE_ASSETS
 from resources.alerts import alerts_from_env
 from resources.github import github_from_env
 from resources.postgres import postgres_from_env
@@ -18,7 +19,7 @@ from schedules.maintenance import MAINTENANCE_JOBS, MAINTENANCE_SCHEDULES
 from schedules.queue import QUEUE_JOBS, QUEUE_SENSORS
 
 defs = Definitions(
-    assets=[*TASK_ASSETS, *QUEUE_ASSETS, job_queue_asset],
+    assets=[*TASK_ASSETS, *QUEUE_ASSETS, *SOURCE_ASSETS, job_queue_asset],
     asset_checks=[*FRESHNESS_CHECKS, queue_health_check],
     jobs=[*DISPATCH_JOBS.values(), *MAINTENANCE_JOBS, *QUEUE_JOBS, freshness_checks_job],
     schedules=[*DISPATCH_SCHEDULES, *MAINTENANCE_SCHEDULES, freshness_checks_schedule],

@@ -5,13 +5,13 @@ from dagster import ConfigurableResource, EnvVar
 from pydantic import Field
 from sqlalchemy import Engine
 
-from pipelines.dispatch import DEFAULT_WRITERS
-from resources.engine import make_engine
-
-
-# A dispatch takes one pooled connection to read and one per page it writes at once.
-POOL_SIZE, POOL_OVERFLOW = 4, 4
-MAX_DISPATCH_WRITERS = POOL_SIZE + POOL_OVERFLOW - 1
+from resources.database.engine import (
+    DEFAULT_WRITERS,
+    MAX_DISPATCH_WRITERS,
+    POOL_OVERFLOW,
+    POOL_SIZE,
+    make_engine,
+)
 
 
 @lru_cache(maxsize=None)

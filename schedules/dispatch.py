@@ -19,10 +19,10 @@ from dagster import (
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from sqlalchemy import text
 
-from pipelines.completeness import FRESHNESS_CHECK
-from pipelines.partitions import DISPATCH_CRON, task_asset_name
-from pipelines.periods import open_range
-from pipelines.schema import FREQUENCIES
+from pipelines.dispatch.completeness import FRESHNESS_CHECK
+from pipelines.periods.calendar import open_range
+from pipelines.periods.partitions import DISPATCH_CRON, task_asset_name
+from resources.database.schema import FREQUENCIES
 from resources.postgres import PostgresResource
 
 _MAX_LEAD = text(

@@ -9,7 +9,7 @@ periods, whatever the runs themselves say.
 
 The dispatch jobs leave the check out. A backfill or a "Materialize" of a task asset
 plans it (Dagster adds every check of the selected assets), and the asset evaluates it
-there (`pipelines.assets.freshness_verdict`): otherwise Dagster would record it skipped
+there (`pipelines.dispatch.assets.freshness_verdict`): otherwise Dagster would record it skipped
 behind an asset that yields no output, and "Skipped" would hide its last result."""
 
 from dagster import (
@@ -23,10 +23,10 @@ from dagster import (
     define_asset_job,
 )
 
-from pipelines.assets import freshness_verdict
-from pipelines.completeness import FRESHNESS_CHECK
-from pipelines.partitions import task_asset_name
-from pipelines.schema import FREQUENCIES
+from pipelines.dispatch.assets import freshness_verdict
+from pipelines.dispatch.completeness import FRESHNESS_CHECK
+from pipelines.periods.partitions import task_asset_name
+from resources.database.schema import FREQUENCIES
 from resources.postgres import PostgresResource
 
 

@@ -17,11 +17,17 @@ from dagster import (
 )
 from sqlalchemy import text
 
-from pipelines.queue import dispatch_pending_events
-from pipelines.queue_assets import HOURLY, LIVE_TAG, SCHEDULED_RUNS
-from pipelines.queue_operations import read_queue_state
-from pipelines.queue_view import JOB_QUEUE, QUEUE_HEALTH_CHECK, operate_job_queue, queue_health, queue_metadata
-from pipelines.scheduling import live_hours
+from pipelines.queue.assets import HOURLY, LIVE_TAG, SCHEDULED_RUNS
+from pipelines.queue.events import dispatch_pending_events
+from pipelines.queue.operations import read_queue_state
+from pipelines.queue.scheduling import live_hours
+from pipelines.queue.view import (
+    JOB_QUEUE,
+    QUEUE_HEALTH_CHECK,
+    operate_job_queue,
+    queue_health,
+    queue_metadata,
+)
 from resources.postgres import PostgresResource
 from resources.scheduling import SchedulingSettings
 

@@ -1,9 +1,9 @@
-"""Alembic environment for rota. The target URL comes from `pipelines.migrations`."""
+"""Alembic environment for rota. The target URL comes from `resources.database.migrate`."""
 
 from alembic import context
 from sqlalchemy import create_engine
 
-from pipelines.schema import metadata
+from resources.database.schema import metadata
 
 config = context.config
 

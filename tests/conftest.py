@@ -11,7 +11,7 @@ os.environ.setdefault("TZ", "Pacific/Chatham")
 os.environ.setdefault("PGTZ", "America/St_Johns")
 time.tzset()
 # The test modules build their partitions at import, before any test database exists;
-# a deployment reads the start from its database (pipelines.history), which
+# a deployment reads the start from its database (pipelines.periods.history), which
 # tests/test_history.py proves without this override.
 os.environ.setdefault("ROTA_HISTORY_START", "2020-01-01")
 
@@ -23,8 +23,8 @@ import pytest  # noqa: E402
 from psycopg import sql  # noqa: E402
 from sqlalchemy import create_engine, make_url  # noqa: E402
 
-from pipelines import migrations  # noqa: E402
-from resources.server import (  # noqa: E402
+from resources.database import migrate as migrations
+from resources.database.server import (
     ROTA_HOME_DEFAULT,
     driver_url,
     libpq_url,

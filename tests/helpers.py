@@ -11,9 +11,9 @@ import psycopg
 from sqlalchemy import Connection, Engine, insert, make_url, select, text
 from sqlalchemy.exc import DBAPIError
 
-from pipelines.planner import DutyRow
-from pipelines.schema import duty, task
-from resources.server import libpq_url
+from pipelines.dispatch.planner import DutyRow
+from resources.database.schema import duty, task
+from resources.database.server import libpq_url
 
 
 def duty_values(workspace_id=None, **overrides) -> dict:
@@ -108,8 +108,6 @@ def database_fingerprint(engine: Engine) -> dict:
                 text(f"SELECT last_value, is_called FROM {sequence}")
             ).one()
     return fingerprint
-
-
 
 
 def rows_only(fingerprint: dict) -> dict:

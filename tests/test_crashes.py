@@ -19,14 +19,16 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from benchmarks.data import load_duties
-from pipelines import migrations
-from pipelines.completeness import gaps_after
-from pipelines.dispatch import DatabaseWentAway, dispatch, read_pages
-from pipelines.periods import open_range, parse_instant, periods_between
-from pipelines.planner import Mode, plan
-from pipelines.queue import produce, register_job
-from pipelines.worker import Worker, WorkerSettings
-from resources.server import (
+from pipelines.dispatch.completeness import gaps_after
+from pipelines.dispatch.planner import Mode, plan
+from pipelines.dispatch.reading import read_pages
+from pipelines.dispatch.run import DatabaseWentAway, dispatch
+from pipelines.periods.calendar import open_range, parse_instant, periods_between
+from pipelines.queue.jobs import register_job
+from pipelines.queue.produce import produce
+from pipelines.queue.worker import Worker, WorkerSettings
+from resources.database import migrate as migrations
+from resources.database.server import (
     ROTA_HOME_DEFAULT,
     driver_url,
     libpq_url,
@@ -40,10 +42,10 @@ PROJECT = Path(__file__).resolve().parent.parent
 CHILD = """
 import sys
 from sqlalchemy import create_engine
-from pipelines.dispatch import dispatch
-from pipelines.periods import open_range, parse_instant, periods_between
-from pipelines.planner import Mode
-from resources.server import driver_url
+from pipelines.dispatch.run import dispatch
+from pipelines.periods.calendar import open_range, parse_instant, periods_between
+from pipelines.dispatch.planner import Mode
+from resources.database.server import driver_url
 as_of = parse_instant(sys.argv[2])
 engine = create_engine(driver_url(sys.argv[1]))
 print("started", flush=True)
@@ -230,7 +232,7 @@ def test_postgres_crashing_mid_dispatch_and_mid_worker_run_fails_loudly_and_heal
     worker = Worker(engine, WorkerSettings(lease=timedelta(seconds=2), poll_interval=0.05,
                                            reclaim_interval=0.2, backoff=timedelta(0)))
     runner = threading.Thread(target=worker.run)
-    caplog.set_level(logging.INFO, logger="pipelines.worker")
+    caplog.set_level(logging.INFO, logger="pipelines.queue.worker")
     runner.start()
     try:
         deadline = time.monotonic() + 30

@@ -11,11 +11,11 @@ from dagster._core.storage.tags import (
 )
 from sqlalchemy import text
 
-from pipelines.assets import COMPLETENESS_CHECK
 from pipelines.definitions import defs
-from pipelines.partitions import TASK_PARTITIONS
-from pipelines.periods import open_range, parse_instant
-from pipelines.schema import FREQUENCIES, MAX_LEAD_DAYS
+from pipelines.dispatch.assets import COMPLETENESS_CHECK
+from pipelines.periods.calendar import open_range, parse_instant
+from pipelines.periods.partitions import TASK_PARTITIONS
+from resources.database.schema import FREQUENCIES, MAX_LEAD_DAYS
 from resources.postgres import PostgresResource, postgres_from_env
 from tests.helpers import add_duty, database_fingerprint, keys_by_duty, task_keys
 

@@ -11,13 +11,20 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, text, update
 
-from pipelines import dispatch as dispatch_module
-from pipelines.completeness import gaps_after
-from pipelines.dispatch import dispatch, ensure_partitions
-from pipelines.periods import local_date, open_range, parse_instant, period_containing, periods_between
-from pipelines.planner import Mode
-from pipelines.schema import MAX_LEAD_DAYS, duty, task
-from resources.server import driver_url
+from pipelines.dispatch import run as dispatch_run
+from pipelines.dispatch.completeness import gaps_after
+from pipelines.dispatch.planner import Mode
+from pipelines.dispatch.run import dispatch
+from pipelines.dispatch.writing import ensure_partitions
+from pipelines.periods.calendar import (
+    local_date,
+    open_range,
+    parse_instant,
+    period_containing,
+    periods_between,
+)
+from resources.database.schema import MAX_LEAD_DAYS, duty, task
+from resources.database.server import driver_url
 from tests.helpers import (
     add_duty,
     database_fingerprint,
@@ -265,7 +272,7 @@ def test_a_thirteen_month_backfill_makes_exactly_the_expected_keys(engine):
 
 
 def _racer(url, as_of, first, last, barrier, results):
-    from pipelines.dispatch import dispatch as dispatch_in_child
+    from pipelines.dispatch.run import dispatch as dispatch_in_child
 
     engine = create_engine(driver_url(url), pool_size=1)
     with engine.connect() as conn:  # warm the pool before the start line
@@ -395,20 +402,20 @@ def test_a_dispatch_freezes_the_collectors_old_objects_only_while_it_runs(engine
     add_duty(engine)
     before = gc.get_freeze_count()
     during = []
-    real_plan = dispatch_module.plan
+    real_plan = dispatch_run.plan
 
     def watched(*args, **kwargs):
         during.append(gc.get_freeze_count())
         return real_plan(*args, **kwargs)
 
-    monkeypatch.setattr(dispatch_module, "plan", watched)
+    monkeypatch.setattr(dispatch_run, "plan", watched)
     run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-08"))
     assert during and min(during) > before and gc.get_freeze_count() == before
 
     def failing(*args, **kwargs):
         raise RuntimeError("planning failed")
 
-    monkeypatch.setattr(dispatch_module, "plan", failing)
+    monkeypatch.setattr(dispatch_run, "plan", failing)
     with pytest.raises(RuntimeError, match="planning failed"):
         run(engine, "2026-09-20T12:00:00Z", months("2026-09", "2026-09"))
     assert gc.get_freeze_count() == before

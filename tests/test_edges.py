@@ -13,16 +13,18 @@ from sqlalchemy.exc import DBAPIError
 
 from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 
-from pipelines import dispatch as dispatch_module
-from pipelines.assets import COMPLETENESS_CHECK
-from pipelines.completeness import gaps_after
-from pipelines.dispatch import dispatch, ensure_partitions, read_pages, write_plan
-from pipelines.periods import open_range, parse_instant, period_containing, periods_between
-from pipelines.planner import Mode, plan
-from pipelines.queue import enqueue_scheduled, register_job
-from pipelines.schema import FREQUENCIES, MAX_LEAD_DAYS, duty, task
-from resources.server import driver_url
-from tests.test_dagster import run_asset
+from pipelines.dispatch import run as dispatch_run
+from pipelines.dispatch.assets import COMPLETENESS_CHECK
+from pipelines.dispatch.completeness import gaps_after
+from pipelines.dispatch.planner import Mode, plan
+from pipelines.dispatch.reading import read_pages
+from pipelines.dispatch.run import dispatch
+from pipelines.dispatch.writing import ensure_partitions, write_plan
+from pipelines.periods.calendar import open_range, parse_instant, period_containing, periods_between
+from pipelines.queue.enqueue import enqueue_scheduled
+from pipelines.queue.jobs import register_job
+from resources.database.schema import FREQUENCIES, MAX_LEAD_DAYS, duty, task
+from resources.database.server import driver_url
 from tests.helpers import (
     add_duty,
     delete_duty_with_its_tasks,
@@ -32,6 +34,7 @@ from tests.helpers import (
     tenant,
     wait_until_blocked_by,
 )
+from tests.test_dagster import run_asset
 
 
 def _scheduled(engine, frequency, tick):
@@ -281,7 +284,6 @@ def test_what_rota_app_may_do(database_url, engine, workspace, table, verb, stat
                 conn.execute(sql)
 
 
-
 # ------------------------------------------------- the pre-filter against the rules
 
 RANDOM_ZONES = ["UTC", "Asia/Shanghai", "America/Los_Angeles", "Pacific/Kiritimati", "Pacific/Pago_Pago",
@@ -435,13 +437,13 @@ def test_the_check_sees_a_gap_a_moved_span_hid_from_a_scheduled_run(engine):
 def test_the_check_sees_a_gap_the_planner_never_offered_in_a_backfill(engine, monkeypatch):
     dropped = add_duty(engine, frequency="monthly", timezone="Asia/Kathmandu")
     add_duty(engine, frequency="monthly", timezone="UTC")
-    real_plan = dispatch_module.plan
+    real_plan = dispatch_run.plan
 
     def forgetful_plan(duties, **kwargs):
         return real_plan([d for d in duties if d.id != dropped], **kwargs)
 
     with monkeypatch.context() as patched:
-        patched.setattr(dispatch_module, "plan", forgetful_plan)
+        patched.setattr(dispatch_run, "plan", forgetful_plan)
         result = run_asset("monthly_tasks", "2026-09-01", "2026-11-01", as_of="2026-12-10T12:00:00Z")
     evaluation = _check(result)
     assert not evaluation.passed and evaluation.metadata["missing"].value == 3

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from tests.test_end_to_end import answers, free_port, graphql, wait_for
-from tests.test_package import installed  # noqa: F401 (the fixture)
+from tests.test_package import installed
 from tests.test_project import ROOT, readme_commands
 
 pytestmark = pytest.mark.e2e

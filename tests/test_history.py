@@ -12,15 +12,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import create_engine, text
 
-from pipelines import migrations
-from pipelines.partitions import first_dispatch_tick, first_task_partition
-from pipelines.periods import open_range
-from pipelines.schema import FREQUENCIES
-from resources.server import driver_url
+from pipelines.periods.calendar import open_range
+from pipelines.periods.partitions import first_dispatch_tick, first_task_partition
+from resources.database import migrate as migrations
+from resources.database.schema import FREQUENCIES
+from resources.database.server import driver_url
 
 PRINT_STARTS = """
 import json
-from pipelines.partitions import HOURLY, NIGHTLY_PARTITIONS, TASK_PARTITIONS
+from pipelines.periods.partitions import HOURLY, NIGHTLY_PARTITIONS, TASK_PARTITIONS
 def first(partitions):
     return partitions.start.strftime(partitions.fmt)
 print(json.dumps({"hourly": first(HOURLY), "nightly": first(NIGHTLY_PARTITIONS),

@@ -11,9 +11,10 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG
 from sqlalchemy import insert, select, text
 from sqlalchemy.exc import DBAPIError
 
-from pipelines.cron import InvalidCron
-from pipelines.queue import produce, register_job
-from pipelines.schema import duty, job_queue
+from pipelines.queue.cron import InvalidCron
+from pipelines.queue.jobs import register_job
+from pipelines.queue.produce import produce
+from resources.database.schema import duty, job_queue
 from tests.helpers import add_duty, database_fingerprint, duty_values, insert_duties, rows_only, task_keys
 from tests.test_dagster import run_asset
 

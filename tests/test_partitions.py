@@ -10,11 +10,12 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, text
 
-from pipelines import migrations
-from pipelines.dispatch import ensure_partitions, read_pages, write_plan
-from pipelines.periods import parse_instant, period_containing
-from pipelines.planner import Mode, plan
-from resources.server import driver_url
+from pipelines.dispatch.planner import Mode, plan
+from pipelines.dispatch.reading import read_pages
+from pipelines.dispatch.writing import ensure_partitions, write_plan
+from pipelines.periods.calendar import parse_instant, period_containing
+from resources.database import migrate as migrations
+from resources.database.server import driver_url
 from tests.helpers import add_duty, task_keys, tenant
 from tests.test_dispatch import months, run
 

@@ -9,12 +9,15 @@ import psycopg
 import pytest
 from sqlalchemy import make_url, text
 
-from pipelines.completeness import gaps_after
-from pipelines.dispatch import Mode, dispatch, read_pages
-from pipelines.periods import parse_instant
-from pipelines.planner import plan
-from pipelines.queue import produce_many, register_job
-from resources.engine import make_engine
+from pipelines.dispatch.completeness import gaps_after
+from pipelines.dispatch.planner import Mode
+from pipelines.dispatch.planner import plan
+from pipelines.dispatch.reading import read_pages
+from pipelines.dispatch.run import dispatch
+from pipelines.periods.calendar import parse_instant
+from pipelines.queue.jobs import register_job
+from pipelines.queue.produce import produce_many
+from resources.database.engine import make_engine
 from tests.helpers import add_duty, duty_values, insert_duties, keys_by_duty
 from tests.pgbouncer import pgbouncer
 from tests.test_dispatch import ZONES, months

@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import psycopg
-import pytest
 from alembic import command
 
-from pipelines import migrations
-from resources.server import with_database
+from resources.database import migrate as migrations
+from resources.database.server import with_database
 from tests.helpers import add_duty, task_keys
 from tests.test_dagster import run_asset
 

@@ -51,7 +51,8 @@ def test_producers_and_the_worker_load_without_dagster():
     every racing producer process then pays (issue 5, enqueue_race)."""
     done = _fresh_interpreter(
         "import sys\n"
-        "import pipelines.queue, pipelines.worker, pipelines.dispatch, pipelines.cli\n"
+        "import pipelines.queue.enqueue, pipelines.queue.produce, pipelines.queue.worker, pipelines.dispatch.run, "
+        "pipelines.cli.main\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster')[:3])"
     )
     assert done.returncode == 0, done.stderr
@@ -62,3 +63,13 @@ def test_the_definitions_load_without_a_warning():
     done = _fresh_interpreter("import pipelines.definitions")
     assert done.returncode == 0, done.stderr
     assert "Warning" not in done.stderr, done.stderr
+
+
+def test_the_unit_tier_runs_with_no_database_reachable(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROTA_", "PG"))}
+    env.update(ROTA_DATABASE_URL="postgresql://nobody@127.0.0.1:9/none", ROTA_HOME=str(tmp_path),
+               ROTA_HISTORY_START="2026-01-01")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout

@@ -11,19 +11,15 @@ from sqlalchemy import create_engine, text
 
 import tests.worker_handlers  # noqa: F401 - registers the handlers the in-process worker runs
 from pipelines.definitions import defs
-from pipelines.queue import (
-    AlreadyQueued,
-    claim_due_runs,
-    dispatch_pending_events,
-    enqueue_scheduled,
-    enqueue_scheduled_many,
-    produce,
-    register_job,
-)
+from pipelines.queue.claims import claim_due_runs
+from pipelines.queue.enqueue import AlreadyQueued, enqueue_scheduled, enqueue_scheduled_many
+from pipelines.queue.events import dispatch_pending_events
+from pipelines.queue.jobs import register_job
+from pipelines.queue.produce import produce
+from pipelines.queue.worker import Worker, WorkerSettings
 from pipelines.sources.nightly import compact_finished_runs, nightly_ref
-from pipelines.worker import Worker, WorkerSettings
+from resources.database.server import driver_url
 from resources.maintenance import MaintenanceSettings
-from resources.server import driver_url
 from tests.helpers import database_fingerprint, rows_only
 from tests.test_queue import add_event, runs, start_worker, stop, wait_for
 
@@ -110,23 +106,23 @@ def test_registration_never_reverts_what_an_operator_set(engine):
 
 
 def test_demo_data_goes_only_into_an_empty_embedded_database(database_url, engine, monkeypatch):
-    from pipelines import cli
+    from pipelines.cli.dev import prepare
 
     class Given:
         url = database_url
         embedded = False
 
-    cli.prepare(Given())
+    prepare(Given())
     with engine.connect() as conn:
         assert conn.execute(text("SELECT (SELECT count(*) FROM duty), (SELECT count(*) FROM job)")).one() == (0, 0)
     Given.embedded = True
-    cli.prepare(Given())
+    prepare(Given())
     with engine.begin() as conn:
         duties = conn.execute(text("SELECT count(*) FROM duty")).scalar_one()
         conn.execute(text("UPDATE job SET enabled = false WHERE name = 'noop'"))
         conn.execute(text("DELETE FROM duty"))
     assert duties > 1000
-    cli.prepare(Given())  # a job is there: not empty, nothing touched
+    prepare(Given())  # a job is there: not empty, nothing touched
     with engine.connect() as conn:
         assert conn.execute(text("SELECT (SELECT count(*) FROM duty), (SELECT bool_or(enabled) FROM job)")).one() \
             == (0, False)
@@ -288,7 +284,7 @@ def test_an_idle_worker_starts_a_run_queued_for_now_without_waiting_out_its_poll
 
 def test_idle_workers_that_lost_a_race_still_take_what_the_winner_leaves(database_url, engine):
     """A worker whose last notified claim found nothing claims a moment later at the next
-    notification (its benefit is measured by `rota bench`'s latency case, not here). It
+    notification (its benefit is measured by the benchmarks' latency case, not here). It
     must still claim: three runs queued at once start on three one-slot workers together,
     long before their minute's poll."""
     with engine.begin() as conn:

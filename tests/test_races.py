@@ -11,14 +11,16 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from benchmarks.data import load_duties
-from pipelines.dispatch import dispatch
-from pipelines.periods import open_range, periods_between
-from pipelines.planner import Mode
-from pipelines.queue import dispatch_pending_events, enqueue_scheduled_many, register_job
-from pipelines.queue_assets import _SCHEDULED_JOBS
-from pipelines.scheduling import ScheduledJob, plan_fire_times
-from pipelines.schema import FREQUENCIES
-from resources.server import driver_url
+from pipelines.dispatch.planner import Mode
+from pipelines.dispatch.run import dispatch
+from pipelines.periods.calendar import open_range, periods_between
+from pipelines.queue.assets import _SCHEDULED_JOBS
+from pipelines.queue.enqueue import enqueue_scheduled_many
+from pipelines.queue.events import dispatch_pending_events
+from pipelines.queue.jobs import register_job
+from pipelines.queue.scheduling import ScheduledJob, plan_fire_times
+from resources.database.schema import FREQUENCIES
+from resources.database.server import driver_url
 from tests.test_queue import start_worker, stop, wait_for
 
 RACE_SECONDS = 20

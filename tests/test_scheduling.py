@@ -7,12 +7,12 @@ import pytest
 from dagster import DagsterInstance, build_sensor_context, materialize
 from sqlalchemy import insert, text
 
-from pipelines.cron import InvalidCron, fire_times, validate_cron
 from pipelines.definitions import defs
-from pipelines.queue import register_job
-from pipelines.queue_assets import FIRE_TIMES_CHECK, LIVE_TAG, SCHEDULED_RUNS
-from pipelines.scheduling import live_hours
-from pipelines.schema import event
+from pipelines.queue.assets import FIRE_TIMES_CHECK, LIVE_TAG, SCHEDULED_RUNS
+from pipelines.queue.cron import InvalidCron, fire_times, validate_cron
+from pipelines.queue.jobs import register_job
+from pipelines.queue.scheduling import live_hours
+from resources.database.schema import event
 from tests.helpers import database_fingerprint
 
 UTC = timezone.utc

@@ -9,12 +9,12 @@ from alembic import command
 from sqlalchemy import create_engine, insert, text
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
-from pipelines import migrations
-from pipelines.dispatch import ensure_partitions
-from pipelines.schema import task
-from pipelines.schema_snapshot import SNAPSHOT, snapshot
-from resources.server import ROTA_HOME_DEFAULT, driver_url, libpq_url, with_database
+from pipelines.dispatch.writing import ensure_partitions
+from resources.database import migrate as migrations
+from resources.database.schema import task
+from resources.database.server import ROTA_HOME_DEFAULT, driver_url, libpq_url, with_database
 from tests.helpers import add_duty, tenant
+from tests.schema_snapshot import SNAPSHOT, snapshot
 
 
 def test_migrations_replay_from_empty_and_the_drift_check_is_clean(fresh_database):
@@ -80,7 +80,8 @@ def test_the_claim_reads_the_claim_index_even_with_the_plan_the_server_caches(en
     plan too must find due runs in the claim index, not scan job_queue, and find the
     runs it finished by their ids, never by the claim index's 'running' range, which
     statistics that say few runs are running (as here) would otherwise choose."""
-    from pipelines.queue import _COMPLETE_AND_CLAIM, register_job
+    from pipelines.queue.claims import _COMPLETE_AND_CLAIM
+    from pipelines.queue.jobs import register_job
 
     admin = test_server.require_admin("loading auto_explain to see the plan inside the function")
     job_id = register_job(engine, "report", schedule="* * * * *")
@@ -191,8 +192,6 @@ def test_row_level_security_is_enabled_and_forced(engine):
             "SELECT relname, relrowsecurity, relforcerowsecurity FROM pg_class "
             "WHERE relname IN ('duty', 'task', 'event', 'job_queue') ORDER BY relname")).all()
     assert flags == [(name, True, True) for name in ("duty", "event", "job_queue", "task")]
-
-
 
 
 def _task_row(duty_id, workspace_id, key="2026-08"):

@@ -11,11 +11,12 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from sqlalchemy import insert, make_url, text
 
 from pipelines.definitions import defs
-from pipelines.dispatch import ensure_partitions
-from pipelines.queue import enqueue_scheduled, register_job
-from pipelines.schema import task
+from pipelines.dispatch.writing import ensure_partitions
+from pipelines.queue.enqueue import enqueue_scheduled
+from pipelines.queue.jobs import register_job
+from resources.database.schema import task
+from resources.database.server import with_database
 from resources.github import github_from_env
-from resources.server import with_database
 from tests.fake_github import FakeGitHub
 from tests.helpers import add_duty, database_fingerprint, rows_only, tenant
 

@@ -9,22 +9,17 @@ from dagster import DagsterInstance, build_sensor_context, materialize
 from sqlalchemy import create_engine, text
 
 from pipelines.definitions import defs
-from pipelines.queue import (
-    ClaimedRun,
-    claim_due_runs,
-    complete,
-    enqueue_scheduled,
-    produce,
-    produce_many,
-    register_job,
-)
+from pipelines.queue.claims import ClaimedRun, claim_due_runs, complete
+from pipelines.queue.enqueue import enqueue_scheduled
+from pipelines.queue.jobs import register_job
+from pipelines.queue.produce import produce, produce_many
 from pipelines.sources import sources
 from pipelines.sources.github import GitHubClient, issue_ref, repository_cursors
 from pipelines.sources.nightly import compact_finished_runs, nightly_ref, run_maintenance
+from resources.database.server import driver_url
 from resources.github import GitHubResource
 from resources.maintenance import MaintenanceSettings
 from resources.postgres import PostgresResource
-from resources.server import driver_url
 from schedules.github import poll_repositories
 from tests.fake_github import FakeGitHub
 from tests.helpers import database_fingerprint, race_processes

@@ -10,10 +10,10 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, insert, text
 
-from pipelines import migrations
-from pipelines.dispatch import ensure_partitions
-from pipelines.schema import task
-from resources.server import driver_url
+from pipelines.dispatch.writing import ensure_partitions
+from resources.database import migrate as migrations
+from resources.database.schema import task
+from resources.database.server import driver_url
 from tests.helpers import add_duty, database_fingerprint, rows_only, tenant
 
 

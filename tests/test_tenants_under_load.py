@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from benchmarks.data import load_duties
-from pipelines.dispatch import ensure_partitions
+from pipelines.dispatch.writing import ensure_partitions
 from tests.helpers import tenant
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -23,11 +23,11 @@ TENANTS = 50
 DISPATCH = """
 import sys
 from sqlalchemy import create_engine
-from pipelines.completeness import gaps_after
-from pipelines.dispatch import dispatch
-from pipelines.periods import open_range, parse_instant, periods_between
-from pipelines.planner import Mode
-from resources.server import driver_url
+from pipelines.dispatch.completeness import gaps_after
+from pipelines.dispatch.run import dispatch
+from pipelines.periods.calendar import open_range, parse_instant, periods_between
+from pipelines.dispatch.planner import Mode
+from resources.database.server import driver_url
 as_of = parse_instant("2026-12-02T12:00:00Z")
 engine = create_engine(driver_url(sys.argv[1]))
 report = dispatch(engine, frequency="monthly", mode=Mode.SCHEDULED, as_of=as_of,

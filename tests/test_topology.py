@@ -18,10 +18,10 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from sqlalchemy import make_url, text
 
 from benchmarks.data import load_duties
-from pipelines.periods import period_containing
-from resources.server import dagster_database_url, database_name
+from pipelines.periods.calendar import period_containing
+from resources.database.server import dagster_database_url, database_name
 from tests.test_end_to_end import BACKFILL_STATUS, LAUNCH_BACKFILL, answers, free_port, graphql, wait_for
-from tests.test_package import installed  # noqa: F401 - the wheel in a fresh virtualenv
+from tests.test_package import installed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

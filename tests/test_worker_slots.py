@@ -11,9 +11,10 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from pipelines.queue import enqueue_scheduled_many, register_job
-from pipelines.worker import Worker, WorkerSettings
-from resources.server import driver_url
+from pipelines.queue.enqueue import enqueue_scheduled_many
+from pipelines.queue.jobs import register_job
+from pipelines.queue.worker import Worker, WorkerSettings
+from resources.database.server import driver_url
 import tests.worker_handlers  # noqa: F401 - registers "sleep" for the in-process worker
 from tests.test_queue import T0, runs, start_worker, stop, wait_for
 

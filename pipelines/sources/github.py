@@ -25,8 +25,10 @@ import requests
 from sqlalchemy import Engine, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
-from pipelines.handlers import handler
-from pipelines.queue import ClaimedRun, Produced, produce_many, register_job
+from pipelines.queue.claims import ClaimedRun
+from pipelines.queue.handlers import handler
+from pipelines.queue.jobs import register_job
+from pipelines.queue.produce import Produced, produce_many
 from pipelines.sources import Source
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from datetime import date
 
 from sqlalchemy import Engine, text
 
-from pipelines.handlers import handler
-from pipelines.queue import ClaimedRun, reclaim_expired
+from pipelines.queue.claims import ClaimedRun, reclaim_expired
+from pipelines.queue.handlers import handler
 from pipelines.sources import Source
 from resources.maintenance import MaintenanceSettings, maintenance_settings_from_env
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import UUID
 
-from pipelines.tenancy import enable_tenant_isolation
+from resources.database.tenancy import enable_tenant_isolation
 
 revision = "0001"
 down_revision = None

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB, UUID
 
-from pipelines.tenancy import enable_tenant_isolation
+from resources.database.tenancy import enable_tenant_isolation
 
 revision = "0002"
 down_revision = "0001"

@@ -2,7 +2,7 @@
 
 Migrations 0001 and 0002 spelled out full names (`duty_lead_days_range`), and Alembic
 applied the metadata's naming convention on top (`duty_duty_lead_days_range`). The
-doubled names are renamed to the ones `pipelines/schema.py` gives; new names are marked
+doubled names are renamed to the ones `resources/database/schema.py` gives; new names are marked
 final with `op.f`.
 
 A source reference is bounded to 1..1000 characters: unbounded, an oversized one failed

@@ -28,7 +28,7 @@ Create Date: 2026-12-03
 import sqlalchemy as sa
 from alembic import op
 
-from pipelines.tenancy import enable_tenant_isolation
+from resources.database.tenancy import enable_tenant_isolation
 
 revision = "0007"
 down_revision = "0006"

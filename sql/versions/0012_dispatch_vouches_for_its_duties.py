@@ -1,7 +1,7 @@
 """task_duty_fkey_insert: a dispatch page's own rows are not checked a second time
 
 The dispatcher's page statement builds every task from a duty row it holds FOR KEY SHARE
-in that same statement, workspace included (pipelines/dispatch.py, `_OFFERED`). That is
+in that same statement, workspace included (pipelines/dispatch/writing.py, `_OFFERED`). That is
 the foreign key's check and lock already done; the statement trigger then checked the
 same 20,000 rows again, a DISTINCT over them and two probes of duty each: a quarter of
 the page (108 of 476 ms, measured with EXPLAIN ANALYZE at 100,000 duties).

@@ -1,0 +1,5 @@
+import sys
+
+from pipelines.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,221 @@
+"""`rota dev`: the embedded database with demo data, one code server, the Dagster
+webserver and daemon, and queue workers, until Ctrl-C."""
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+
+from sqlalchemy import create_engine
+
+from pipelines.cli.database import Database, say
+from pipelines.cli.demo import load_demo
+from resources.database.migrate import upgrade
+from resources.database.server import Refused, dagster_database_url, driver_url, ensure_database, rota_home
+
+DAGSTER_YAML = """\
+# Written by `rota dev`. Instance storage lives in its own database on rota's server.
+storage:
+  postgres:
+    postgres_url:
+      env: ROTA_DAGSTER_STORAGE_URL
+run_coordinator:
+  module: dagster.core.run_coordinator
+  class: QueuedRunCoordinator
+telemetry:
+  enabled: false
+"""
+
+
+def _reset_signals() -> None:
+    # A process started from a shell script's background job inherits SIGINT ignored,
+    # and dagster copies that onto SIGTERM; restore both so our SIGTERM stops the tree.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stop_tree(process: subprocess.Popen, grace: float = 20.0) -> None:
+    import psutil
+
+    try:
+        tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for member in tree:
+        try:
+            member.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(tree, timeout=grace)
+    for member in alive:
+        try:
+            member.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+
+
+def prepare(database: Database) -> None:
+    """Migrate; and into the embedded database only, and only while it is empty, load the
+    demo data. A database named by ROTA_DATABASE_URL is never given demo data."""
+    upgrade(database.url)
+    if not database.embedded:
+        return
+    engine = create_engine(driver_url(database.url))
+    try:
+        loaded = load_demo(engine)
+    finally:
+        engine.dispose()
+    if loaded:
+        say(f"loaded {loaded} demo duties and the demo job noop")
+
+
+def _port_taken(host: str, port: int) -> bool:
+    """Whether something already listens on host:port (bound the way the webserver binds)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+WORKSPACE_YAML = """\
+# Written by `rota dev`: the webserver and the daemon share one code server, as in production.
+load_from:
+  - grpc_server:
+      host: 127.0.0.1
+      port: {port}
+      location_name: rota
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _serving(port: int) -> bool:
+    """Whether the code server answers its health check (asked only once it listens: the
+    gRPC client prints every refused connection)."""
+    from dagster._grpc.client import DagsterGrpcClient
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return DagsterGrpcClient(port=port, host="127.0.0.1").health_check_query() == "SERVING"
+
+
+def dispatch_once(now: datetime) -> int:
+    """Run the five dispatch schedules' runs of their last tick, as the daemon would have:
+    a fresh install shows its tasks at once, not from the next top of the hour. A re-run of
+    a tick creates nothing (SPEC §4), so a restart only records five more runs. Returns the
+    tasks created."""
+    from croniter import croniter
+    from dagster import DagsterInstance, build_schedule_context
+    from dagster._core.storage.tags import SCHEDULE_NAME_TAG
+
+    from pipelines.definitions import defs
+    from pipelines.periods.partitions import DISPATCH_CRON, task_asset_name
+    from resources.database.schema import FREQUENCIES
+
+    tick = croniter(DISPATCH_CRON, now).get_prev(datetime)
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    created = 0
+    with DagsterInstance.get() as instance:
+        for frequency in FREQUENCIES:
+            schedule = defs.resolve_schedule_def(f"{task_asset_name(frequency)}_schedule")
+            with build_schedule_context(scheduled_execution_time=tick, resources=defs.resources,
+                                        instance=instance) as context:
+                [request] = schedule.evaluate_tick(context).run_requests
+            result = defs.resolve_job_def(schedule.job_name).execute_in_process(
+                instance=instance, run_config={**request.run_config, **quiet},
+                tags={**request.tags, SCHEDULE_NAME_TAG: schedule.name}, raise_on_error=False)
+            if not result.success:
+                raise Refused(f"the first dispatch of {frequency} tasks failed: see run {result.run_id} in the UI")
+            created += sum(m.metadata["created"].value
+                           for m in result.asset_materializations_for_node(task_asset_name(frequency)))
+    return created
+
+
+def dev(args: argparse.Namespace) -> int:
+    if _port_taken(args.host, args.port):
+        say(f"port {args.port} on {args.host} is already in use (another rota dev?); nothing was started. "
+             f"Choose another port with --port, for example: rota dev --port {args.port + 1}")
+        return 2
+    database = Database()
+    children: list[subprocess.Popen] = []
+    stop = {"requested": False}
+
+    def request_stop(signum, _frame):
+        stop["requested"] = True
+
+    def running() -> bool:
+        return not stop["requested"] and all(child.poll() is None for child in children)
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    try:
+        prepare(database)
+        storage_url = dagster_database_url(database.url)
+        ensure_database(storage_url)
+        dagster_home = rota_home() / "dagster"
+        dagster_home.mkdir(parents=True, exist_ok=True)
+        (dagster_home / "dagster.yaml").write_text(DAGSTER_YAML)
+        code_port = _free_port()
+        workspace = dagster_home / "workspace.yaml"
+        workspace.write_text(WORKSPACE_YAML.format(port=code_port))
+        os.environ.update({
+            "ROTA_DATABASE_URL": database.url,
+            "ROTA_DAGSTER_STORAGE_URL": driver_url(storage_url, "psycopg2").render_as_string(hide_password=False),
+            "DAGSTER_HOME": str(dagster_home),
+        })
+        if stop["requested"]:
+            return 0
+        python = [sys.executable, "-m"]  # this interpreter's packages, wherever its scripts were put
+
+        def start(*command: str, output=None) -> None:
+            children.append(subprocess.Popen(command, preexec_fn=_reset_signals, start_new_session=True,
+                                             stdout=output, stderr=output))
+
+        # One code server that the webserver and the daemon share (the installed package's
+        # definitions, from any directory), as the Helm chart runs it. The runs it launches
+        # print every event; the UI shows them, so here they go to a file. The daemon's
+        # per-tick INFO lines only at --log-level info.
+        code_log = open(dagster_home / "code-server.log", "ab")  # noqa: SIM115 - the child's for its life
+        start(*python, "dagster", "code-server", "start", "-h", "127.0.0.1", "-p", str(code_port),
+              "-m", "pipelines.definitions", "--location-name", "rota", "--log-level", "warning", output=code_log)
+        code_log.close()
+        say("loading the code location rota")
+        while running() and not _serving(code_port):
+            time.sleep(0.5)
+        if stop["requested"]:
+            return 0
+        if not running():
+            said = (dagster_home / "code-server.log").read_text(errors="replace")[-3000:]
+            say(f"the code server stopped while loading the definitions:\n{said}")
+            return 1
+        say(f"dispatched the last tick: {dispatch_once(datetime.now(timezone.utc))} tasks created "
+             f"(then every hour on the hour)")
+        start(*python, "dagster_webserver", "-w", str(workspace), "-h", args.host, "-p", str(args.port))
+        start(*python, "dagster._daemon", "run", "-w", str(workspace), "--log-level", args.log_level)
+        for _ in range(args.workers):
+            start(*python, "pipelines.cli", "worker")
+        say(f"database {database.url} (open a SQL prompt with: rota psql)")
+        say(f"run logs: in the UI, and in {dagster_home / 'code-server.log'}")
+        say(f"Dagster UI and daemon starting on http://{args.host}:{args.port}, {args.workers} "
+             "worker(s) claiming queued runs (Ctrl-C stops everything)")
+        while running():
+            time.sleep(0.2)
+        return 0 if stop["requested"] else 1
+    finally:
+        for child in reversed(children):
+            _stop_tree(child)
+        database.close()

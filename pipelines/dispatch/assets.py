@@ -1,0 +1,178 @@
+"""The five task assets: each materialisation dispatches its partitions' periods.
+
+A thin shell: read the run's mode, instant and partition range, call the dispatcher
+(which reads, plans and writes), report what it did."""
+
+from datetime import datetime, timezone
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetsDefinition,
+    AssetMaterialization,
+    AssetObservation,
+    Failure,
+    MetadataValue,
+    asset,
+)
+from dagster._core.storage.tags import SCHEDULE_NAME_TAG
+
+from pipelines.dispatch.completeness import FRESHNESS_CHECK, find_gaps, stale_periods
+from pipelines.dispatch.planner import Mode
+from pipelines.dispatch.run import DispatchReport, dispatch
+from pipelines.periods.as_of import AsOfConfig, run_instant
+from pipelines.periods.calendar import period_from_partition_key, periods_between
+from pipelines.periods.partitions import SINGLE_RUN, TASK_PARTITIONS, task_asset_name
+from resources.database.schema import FREQUENCIES
+from resources.postgres import PostgresResource
+
+COMPLETENESS_CHECK = "every_eligible_duty_has_one_task"
+
+
+def _markdown(report: DispatchReport) -> str:
+    outcomes = ("created", "existing", "skipped", "outside_window")
+    lines = ["| timezone | " + " | ".join(outcomes) + " |", "|---" * (len(outcomes) + 1) + "|"]
+    for zone, counts in report.by_timezone().items():
+        lines.append(f"| {zone} | " + " | ".join(str(counts.get(o, 0)) for o in outcomes) + " |")
+    return "\n".join(lines)
+
+
+def dispatched(counts: dict[str, int]) -> bool:
+    """A period counts as dispatched when its tasks exist, or when nothing was due for it
+    because no duty was eligible; a period entirely beyond what a scheduled run at the
+    run's instant would create (only skips) was not dispatched."""
+    return counts["created"] + counts["existing"] > 0 or counts["skipped"] == 0
+
+
+def freshness_verdict(engine, frequency: str, log) -> dict:
+    """The freshness check's result now, as keyword arguments of an AssetCheckResult."""
+    gaps = stale_periods(engine, frequency, datetime.now(timezone.utc))
+    if gaps.count:
+        log.error("%s dispatch is behind: %s", frequency, gaps.describe())
+    return dict(passed=not gaps.count, severity=AssetCheckSeverity.ERROR,
+                description=gaps.describe() if gaps.count else None,
+                metadata={"missing": gaps.count,
+                          "first_missing": MetadataValue.json([list(pair) for pair in gaps.first])})
+
+
+def build_task_asset(frequency: str) -> AssetsDefinition:
+    name = task_asset_name(frequency)
+
+    @asset(
+        name=name,
+        partitions_def=TASK_PARTITIONS[frequency],
+        backfill_policy=SINGLE_RUN,
+        # Materialisations are reported per partition, and only for periods dispatched:
+        # Dagster would otherwise mark every partition of the run's range materialized.
+        output_required=False,
+        check_specs=[AssetCheckSpec(COMPLETENESS_CHECK, asset=name,
+                                    description="every eligible duty has exactly one task per period")],
+        group_name="dispatch",
+        # One dispatch run per frequency at a time where the instance limits pools (deploy/
+        # dagster.yaml): overlapping runs would be correct, but would only wait on each other.
+        pool=f"rota_dispatch_{frequency}",
+        kinds={"postgres"},
+        description=f"Tasks of {frequency} duties, one per duty and period, dispatched exactly once. "
+                    f"Partition key: the first day of the period ({PARTITION_KEY_NOTE[frequency]}).",
+    )
+    def task_asset(context: AssetExecutionContext, config: AsOfConfig, database: PostgresResource):
+        as_of = run_instant(config)
+        mode = Mode.SCHEDULED if SCHEDULE_NAME_TAG in context.run.tags else Mode.BACKFILL
+        key_range = context.partition_key_range
+        requested = periods_between(
+            period_from_partition_key(frequency, key_range.start),
+            period_from_partition_key(frequency, key_range.end),
+        )
+        report = dispatch(database.engine(), frequency=frequency, mode=mode, as_of=as_of,
+                          requested=requested, writers=database.dispatch_writers)
+        # From duty and task alone, not from what the run offered: a period the planner
+        # never offered is a gap here too.
+        gaps = find_gaps(database.engine(), frequency=frequency, mode=mode, as_of=as_of, requested=requested,
+                         parallel=database.dispatch_writers)
+        if gaps.count:
+            context.log.error("%s %s is incomplete: %s", mode.value, name, gaps.describe())
+        context.log.info(
+            "%s %s as of %s over %s..%s: %d duties read (a scheduled run skips those earlier runs left "
+            "complete), created %d, existing %d, skipped %d, outside_window %d\n%s",
+            mode.value, name, as_of.isoformat(), report.first_period, report.last_period, report.duties_read,
+            report.total("created"), report.total("existing"), report.total("skipped"),
+            report.total("outside_window"), _markdown(report),
+        )
+        if report.unplannable:
+            listed = "; ".join(f"duty {d}: {why}" for d, why in sorted(report.unplannable.items()))
+            raise Failure(
+                description=f"{len(report.unplannable)} duties could not be planned "
+                            f"(every other duty was dispatched): {listed}",
+                metadata={"unplannable_duty_ids": sorted(report.unplannable)},
+            )
+        # An hourly scheduled run covers every open period up to the largest lead: reporting
+        # each again would write millions of unchanged materialisations a year. It reports a
+        # period the first time it is dispatched and whenever it made tasks for it.
+        reported = context.instance.get_materialized_partitions(context.asset_key) if mode is Mode.SCHEDULED \
+            else set()
+        beyond, unchanged = [], 0
+        for period in requested:
+            counts = report.for_period(period.key)
+            if not dispatched(counts):
+                beyond.append(period.key)
+                if mode is Mode.BACKFILL:
+                    # Dagster has no status for a partition a run rightly left alone: its
+                    # backfill counts it failed. The partition itself says why.
+                    yield AssetObservation(asset_key=context.asset_key, partition=period.partition_key, metadata={
+                        "not_dispatched": NOT_YET, "period": period.key, "as_of": as_of.isoformat(), **counts})
+                continue
+            if counts["created"] == 0 and period.partition_key in reported:
+                unchanged += 1
+                continue
+            yield AssetMaterialization(
+                asset_key=context.asset_key, partition=period.partition_key,
+                metadata={"period": period.key, "mode": mode.value, "as_of": as_of.isoformat(), **counts},
+            )
+        if beyond and mode is Mode.BACKFILL:
+            context.log.info("not dispatched, beyond what a scheduled run as of %s creates: %s",
+                             as_of.isoformat(), ", ".join(beyond))
+        elif beyond:
+            # Duties whose tasks earlier runs made are not read again: these periods may
+            # well hold theirs, so the run claims nothing about them beyond what it read.
+            context.log.info("not reached by any duty this run read (duties that earlier runs left complete "
+                             "are not read again): %s", ", ".join(beyond))
+        if unchanged:
+            context.log.info("%d periods dispatched before and unchanged by this run: not reported again", unchanged)
+        # A run that plans the freshness check (a backfill, a "Materialize") gets its result
+        # here: its own step is skipped behind an asset that yields no output.
+        freshness = AssetCheckKey(context.asset_key, FRESHNESS_CHECK)
+        if freshness in context.job_def.asset_layer.asset_graph.asset_check_keys:
+            context.log_event(AssetCheckEvaluation(asset_key=context.asset_key, check_name=FRESHNESS_CHECK,
+                                                   **freshness_verdict(database.engine(), frequency, context.log)))
+        yield AssetCheckResult(
+            check_name=COMPLETENESS_CHECK,
+            passed=not gaps.count,
+            severity=AssetCheckSeverity.ERROR,
+            description=gaps.describe() if gaps.count else None,
+            metadata={
+                "missing": gaps.count,
+                "first_missing": MetadataValue.json([list(pair) for pair in gaps.first]),
+            },
+        )
+
+    return task_asset
+
+
+NOT_YET = ("beyond what a scheduled run creates at as_of: no duty has reached this period's start or its "
+           "visible_from (due date minus lead_days) in its own timezone yet. The hourly schedule creates its "
+           "tasks when one does; nothing is missing.")
+
+PARTITION_KEY_NOTE = {
+    "daily": "the day itself",
+    "weekly": "the Monday of the ISO week",
+    "monthly": "YYYY-MM-01",
+    "quarterly": "YYYY-01-01, -04-01, -07-01 or -10-01",
+    "yearly": "YYYY-01-01",
+}
+
+
+TASK_ASSETS = [build_task_asset(frequency) for frequency in FREQUENCIES]

@@ -1,0 +1,48 @@
+"""Task rows in PostgreSQL's binary COPY format, encoded directly."""
+
+import struct
+from datetime import date
+
+from pipelines.dispatch.planner import PeriodRow, Plan, Slice
+
+# The bulk path's COPY is written in PostgreSQL's binary COPY format directly: a row is
+# its duty's fields followed by its period's, so a duty's tasks are one join of bytes made
+# once per duty and once per period. psycopg's write_row formats every field of every row
+# instead: 1.4 of the dispatcher's 9 s of Python at a million duties (py-spy), with the
+# workspaces loaded as UUID objects only to be dumped again.
+COPY_TASKS = ("COPY task (duty_id, workspace_id, period_key, period_start, due_date, visible_from) "
+               "FROM STDIN (FORMAT BINARY)")
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature; no flags, no header extension
+_COPY_TRAILER = b"\xff\xff"
+_DATE_EPOCH = date(2000, 1, 1).toordinal()  # a binary date counts days from it
+
+
+def _period_fields(period: PeriodRow) -> bytes:
+    """period_key, period_start, due_date and visible_from of a task row, in binary."""
+    key = period.key.encode()
+    return struct.pack(f">i{len(key)}siiiiii", len(key), key, 4, period.start.toordinal() - _DATE_EPOCH,
+                       4, period.end.toordinal() - _DATE_EPOCH, 4, period.visible_from.toordinal() - _DATE_EPOCH)
+
+
+def _duty_fields(duty_id: int, workspace: bytes) -> bytes:
+    """A task row's field count, duty_id and workspace_id, in binary."""
+    return struct.pack(">hiqi", 6, 8, duty_id, 16) + workspace
+
+
+def encode_tasks(page_plan: Plan, used: dict[int, tuple[int, int]],
+                 workspace_of: dict[int, bytes]) -> tuple[bytes, list[Slice]]:
+    """The COPY data of every duty's tasks in `workspace_of`, in the plan's (identity)
+    order, and the slices of the duties it lacks."""
+    fields = {group: (first, [_period_fields(period) for period in page_plan.groups[group][first:last + 1]])
+              for group, (first, last) in used.items()}
+    parts, missed = [_COPY_HEADER], []
+    for s in page_plan.slices:
+        workspace = workspace_of.get(s.duty_id)
+        if workspace is None:
+            missed.append(s)
+            continue
+        offset, periods = fields[s.group]
+        duty = _duty_fields(s.duty_id, workspace)
+        parts.append(duty + duty.join(periods[s.first - offset:s.last - offset + 1]))
+    parts.append(_COPY_TRAILER)
+    return b"".join(parts), missed

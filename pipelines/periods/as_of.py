@@ -1,0 +1,22 @@
+"""The instant a run works as of: its `as_of` run config, or now."""
+
+from datetime import datetime, timezone
+from typing import Optional
+
+from dagster import Config, Failure
+
+from pipelines.periods.calendar import parse_instant
+
+
+class AsOfConfig(Config):
+    as_of: Optional[str] = None
+    """ISO 8601 instant with a UTC offset. Default: the schedule's tick, or now."""
+
+
+def run_instant(config: AsOfConfig) -> datetime:
+    if config.as_of is None:
+        return datetime.now(timezone.utc)
+    try:
+        return parse_instant(config.as_of)
+    except ValueError as error:
+        raise Failure(description=f"run config rejected: {error}") from None

@@ -1,0 +1,59 @@
+"""Where rota's history starts: one fact in the database (`rota_history`, written by the
+first `rota migrate`), read by every process that builds partitions, so none of them
+needs a setting to agree with the others.
+
+Nothing before it was ever dispatched or delivered: a partition there would only show as
+missing. An operator who wants to backfill further back moves it earlier with
+`rota history-start DATE` and reloads the code location."""
+
+import os
+from datetime import datetime, timezone
+from functools import lru_cache
+
+from sqlalchemy import Connection, text
+from sqlalchemy.pool import NullPool
+
+from resources.database.server import Refused, resolve_database_url
+
+# Overrides the database's fact for a process that must not read it: the test suite, whose
+# modules build their partitions before any test database exists.
+OVERRIDE = "ROTA_HISTORY_START"
+
+
+def parse_history_start(value: str, name: str = OVERRIDE) -> datetime:
+    """A date (`2026-12-03`) or instant (`2026-12-03T09:00`, UTC unless it has an offset)."""
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(f"{name} must be a UTC date or instant like 2026-12-03 or 2026-12-03T09:00, "
+                         f"not {value!r}") from None
+    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+
+
+def read_history_start(connection: Connection) -> datetime:
+    return connection.execute(text("SELECT started_at FROM rota_history")).scalar_one().astimezone(timezone.utc)
+
+
+def move_history_start(connection: Connection, start: datetime) -> None:
+    connection.execute(text("UPDATE rota_history SET started_at = :start"), {"start": start})
+
+
+@lru_cache(maxsize=1)
+def history_start() -> datetime:
+    """This process's history start: read once from rota's database (ROTA_DATABASE_URL, or
+    the running embedded server), through the same checks every rota process makes."""
+    override = os.environ.get(OVERRIDE)
+    if override:
+        return parse_history_start(override)
+    from resources.database.engine import make_engine
+
+    try:
+        url = resolve_database_url(start=False)
+    except RuntimeError as missing:
+        raise Refused(f"rota's definitions need its database to know where its history starts: {missing}") from None
+    engine = make_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            return read_history_start(connection)
+    finally:
+        engine.dispose()

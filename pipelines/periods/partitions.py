@@ -1,0 +1,72 @@
+"""The one place each asset's partitions are defined (task keys as SPEC §3).
+
+Every partitions definition begins where rota's history starts (`pipelines.periods.history`):
+a fresh install shows no period from before it existed as missing. Task partitions
+reach far enough ahead for the longest lead window (366 days) in the easternmost zone
+(UTC+14): `end_offset` counts periods past the last complete one."""
+
+import os
+import warnings
+from datetime import datetime, timedelta
+
+from croniter import croniter
+from dagster import (
+    BackfillPolicy,
+    BetaWarning,
+    DailyPartitionsDefinition,
+    HourlyPartitionsDefinition,
+    MonthlyPartitionsDefinition,
+    TimeWindowPartitionsDefinition,
+    WeeklyPartitionsDefinition,
+)
+
+from pipelines.periods.calendar import open_range
+from pipelines.periods.history import history_start
+from resources.database.schema import FREQUENCIES
+
+# Single-run backfills are what make a selected range one run; Dagster still labels the
+# parameter beta and would warn once per asset at every code-location load.
+warnings.filterwarnings("ignore", category=BetaWarning, message=".*backfill_policy.*")
+SINGLE_RUN = BackfillPolicy.single_run()
+
+# Hourly: every zone's tasks appear within the hour after its local midnight.
+DISPATCH_CRON = os.environ.get("ROTA_DISPATCH_CRON", "0 * * * *")
+
+
+def first_dispatch_tick(start: datetime) -> datetime:
+    """The first scheduled dispatch at or after `start` (the schedules tick in UTC)."""
+    return croniter(DISPATCH_CRON, start - timedelta(microseconds=1)).get_next(datetime)
+
+
+def first_task_partition(frequency: str, start: datetime) -> str:
+    """The first period the first scheduled run after `start` dispatches: the period current
+    in the zone furthest behind UTC at that tick. Nothing before it was ever due under rota."""
+    return open_range(frequency, first_dispatch_tick(start), 0)[0].partition_key
+
+
+def _task_partitions(start: datetime) -> dict:
+    first = {frequency: first_task_partition(frequency, start) for frequency in FREQUENCIES}
+    return {
+        "daily": DailyPartitionsDefinition(start_date=first["daily"], end_offset=369),
+        # ISO weeks start on Monday: partition keys are the Mondays.
+        "weekly": WeeklyPartitionsDefinition(start_date=first["weekly"], day_offset=1, end_offset=55),
+        "monthly": MonthlyPartitionsDefinition(start_date=first["monthly"], end_offset=15),
+        "quarterly": TimeWindowPartitionsDefinition(
+            cron_schedule="0 0 1 */3 *", start=first["quarterly"], fmt="%Y-%m-%d", end_offset=7
+        ),
+        "yearly": TimeWindowPartitionsDefinition(
+            cron_schedule="0 0 1 1 *", start=first["yearly"], fmt="%Y-%m-%d", end_offset=4
+        ),
+    }
+
+
+HISTORY_START = history_start()
+TASK_PARTITIONS = _task_partitions(HISTORY_START)
+assert tuple(TASK_PARTITIONS) == FREQUENCIES
+# The queue's hours of fire times, and its maintenance nights (UTC).
+HOURLY = HourlyPartitionsDefinition(start_date=HISTORY_START.strftime("%Y-%m-%d-%H:00"), end_offset=2)
+NIGHTLY_PARTITIONS = DailyPartitionsDefinition(start_date=HISTORY_START.date().isoformat())
+
+
+def task_asset_name(frequency: str) -> str:
+    return f"{frequency}_tasks"

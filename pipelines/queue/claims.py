@@ -1,0 +1,205 @@
+"""Claiming runs, holding their leases, and settling them: completed, failed, released,
+interrupted, or reclaimed when a lease expires."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID
+
+import psycopg
+from sqlalchemy import ARRAY, BigInteger, Connection, Engine, bindparam, text
+
+from pipelines.queue.transaction import transaction
+
+MAX_ERROR_LENGTH = 10_000
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    id: int
+    job_id: int
+    job_name: str
+    workspace_id: UUID | None
+    attempts: int
+    max_attempts: int
+    payload: dict
+    scheduled_for: datetime | None
+    event_id: int | None
+    source: str | None
+    source_ref: str | None
+
+
+# Records a worker's finished runs and claims its next ones in one statement (migration
+# 0014's function, whose plan the server caches): one round trip and, on an autocommit
+# connection, one transaction, where a busy worker otherwise paid BEGIN, two statements
+# and COMMIT for every batch.
+_COMPLETE_AND_CLAIM = """
+    SELECT * FROM job_queue_complete_and_claim(
+        %(finished)s::bigint[], %(worker)s::text, %(limit)s::integer, %(lease)s::double precision)
+"""
+
+
+def _fetch(conn: Connection | Engine | psycopg.Connection, statement: str, values: dict | None = None) -> list:
+    """The rows of one psycopg-style statement, on a psycopg connection as it stands (in
+    autocommit, its own transaction), else in `transaction(conn)`."""
+    if isinstance(conn, psycopg.Connection):
+        return conn.execute(statement, values).fetchall()
+    with transaction(conn) as c:
+        return c.connection.driver_connection.execute(statement, values).fetchall()
+
+
+def claim_due_runs(conn: Connection | Engine, worker_id: str, limit: int, lease: timedelta) -> list[ClaimedRun]:
+    """Claim up to `limit` due runs for `worker_id` with a lease. Runs locked by another
+    claimer are skipped, not waited for. A run whose job was disabled after it was queued
+    is cancelled here instead of being handed out."""
+    return complete_and_claim(conn, worker_id, [], limit, lease)[1]
+
+
+def complete_and_claim(conn: Connection | Engine | psycopg.Connection, worker_id: str, finished: list[int],
+                       limit: int, lease: timedelta) -> tuple[set[int], list[ClaimedRun]]:
+    """Mark the held runs `finished` succeeded and claim up to `limit` due runs, in one
+    statement: a busy worker commits once per batch, not twice per run. Returns the
+    finished runs recorded (one missing had lost its lease) and the runs claimed. `conn`
+    may also be a psycopg connection, as a worker's own is: the statement then runs in
+    that connection's transaction, or alone in autocommit."""
+    values = {"finished": finished, "worker": worker_id, "limit": limit, "lease": lease.total_seconds()}
+    rows = _fetch(conn, _COMPLETE_AND_CLAIM, values)
+    recorded = set(rows[0][0] or ())
+    return recorded, [ClaimedRun(*row[1:]) for row in rows if row[1] is not None]
+
+
+_EXTEND = text(
+    """
+    UPDATE job_queue SET lease_expires_at = now() + make_interval(secs => :lease), updated_at = now()
+    WHERE id = ANY(:run_ids) AND state = 'running' AND lease_owner = :worker
+    RETURNING id
+    """
+).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
+
+
+def extend_leases(conn: Connection | Engine, worker_id: str, run_ids: list[int], lease: timedelta) -> set[int]:
+    """Heartbeat: extend the leases `worker_id` still holds; returns the ids still held."""
+    if not run_ids:
+        return set()
+    with transaction(conn) as c:
+        return set(c.execute(_EXTEND, {"run_ids": run_ids, "worker": worker_id,
+                                       "lease": lease.total_seconds()}).scalars())
+
+
+def complete(conn: Connection | Engine, run_id: int, worker_id: str) -> bool:
+    """Mark a held run succeeded; False if the lease was lost (the run was reclaimed)."""
+    return run_id in complete_and_claim(conn, worker_id, [run_id], 0, timedelta(0))[0]
+
+
+_FAIL = text(
+    """
+    UPDATE job_queue q
+    SET state = CASE WHEN q.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+        run_at = CASE WHEN q.attempts >= j.max_attempts THEN q.run_at
+                 ELSE now() + make_interval(secs => least(:backoff * power(2, q.attempts - 1), :cap)) END,
+        finished_at = CASE WHEN q.attempts >= j.max_attempts THEN now() END,
+        lease_owner = NULL, lease_expires_at = NULL, last_error = :error, updated_at = now()
+    FROM job j
+    WHERE q.id = :run_id AND j.id = q.job_id AND q.state = 'running' AND q.lease_owner = :worker
+    RETURNING q.state
+    """
+)
+
+
+def clean_error(error: str) -> str:
+    """Error text as PostgreSQL can store it: no NUL bytes, bounded length."""
+    error = error.replace("\x00", "\\x00")
+    return error if len(error) <= MAX_ERROR_LENGTH else error[: MAX_ERROR_LENGTH - 15] + "… (truncated)"
+
+
+def fail(
+    conn: Connection | Engine,
+    run_id: int,
+    worker_id: str,
+    error: str,
+    *,
+    backoff: timedelta = timedelta(seconds=5),
+    cap: timedelta = timedelta(hours=1),
+) -> str | None:
+    """Record a failed attempt: retried after backoff * 2^(attempt-1) (capped), or
+    `failed` once the job's max_attempts is spent. Returns the new state, or None if the
+    lease was lost."""
+    with transaction(conn) as c:
+        return c.execute(_FAIL, {"run_id": run_id, "worker": worker_id, "error": clean_error(error),
+                                 "backoff": backoff.total_seconds(), "cap": cap.total_seconds()}).scalar()
+
+
+_RELEASE = text(
+    """
+    UPDATE job_queue
+    SET state = 'queued', attempts = attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
+        updated_at = now()
+    WHERE id = ANY(:run_ids) AND state = 'running' AND lease_owner = :worker
+    RETURNING id
+    """
+).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
+
+
+def release(conn: Connection | Engine, worker_id: str, run_ids: list[int]) -> int:
+    """Hand back claimed runs whose handler never started (their attempt is not counted)."""
+    if not run_ids:
+        return 0
+    with transaction(conn) as c:
+        return len(c.execute(_RELEASE, {"run_ids": run_ids, "worker": worker_id}).all())
+
+
+_INTERRUPT = text(
+    """
+    UPDATE job_queue
+    SET lease_expires_at = now() + make_interval(secs => :expires_in), last_error = :error, updated_at = now()
+    WHERE id = :run_id AND state = 'running' AND lease_owner = :worker
+    RETURNING id
+    """
+)
+
+
+def interrupt(conn: Connection | Engine, run_id: int, worker_id: str, error: str, expires_in: timedelta) -> bool:
+    """A worker about to exit with a handler still running: its lease on the run now ends
+    `expires_in` from now, when the run is reclaimed (its attempt counted) and retried.
+    The run is never handed on while the worker may still be executing it."""
+    with transaction(conn) as c:
+        return c.execute(_INTERRUPT, {"run_id": run_id, "worker": worker_id, "error": clean_error(error),
+                                      "expires_in": expires_in.total_seconds()}).scalar() is not None
+
+
+_RECLAIM = text(
+    """
+    UPDATE job_queue q
+    SET state = CASE WHEN q.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+        run_at = now(),
+        finished_at = CASE WHEN q.attempts >= j.max_attempts THEN now() END,
+        last_error = CASE WHEN q.last_error LIKE 'interrupted: worker ' || q.lease_owner || ' %' THEN q.last_error
+                          ELSE 'lease of ' || q.lease_owner || ' expired at ' || q.lease_expires_at::text
+                               || ' during attempt ' || q.attempts END,
+        lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+    FROM job j
+    WHERE q.state = 'running' AND q.lease_expires_at < now() AND j.id = q.job_id
+    RETURNING q.state
+    """
+)
+
+
+def reclaim_expired(conn: Connection | Engine) -> dict[str, int]:
+    """Requeue runs whose worker stopped heartbeating (or fail them if their attempts are
+    spent); returns counts by new state."""
+    with transaction(conn) as c:
+        states = c.execute(_RECLAIM).scalars().all()
+    return {state: states.count(state) for state in set(states)}
+
+
+# Workers LISTEN here; migration 0010's trigger notifies it once per statement that
+# queues runs, when that statement's transaction commits.
+RUNS_QUEUED_CHANNEL = "rota_runs_queued"
+
+_NEXT_DUE = "SELECT extract(epoch FROM min(run_at) - now()) FROM job_queue WHERE state = 'queued'"
+
+
+def seconds_until_next_run(conn: Connection | Engine | psycopg.Connection) -> float | None:
+    """How long until the earliest queued run falls due (0 or less: it is due); None when
+    nothing is queued."""
+    ((due_in,),) = _fetch(conn, _NEXT_DUE)
+    return None if due_in is None else float(due_in)

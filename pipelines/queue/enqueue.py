@@ -1,0 +1,106 @@
+"""Enqueueing a job's scheduled fire times, each run once by its identity.
+
+An identity conflict is an expected outcome, returned as a value and never raised; any
+other failure propagates. Nothing that produces a run reads or writes claim or lease
+state."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, Engine, text
+
+from pipelines.queue.transaction import transaction
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    run_id: int
+
+
+@dataclass(frozen=True)
+class AlreadyQueued:
+    run_id: int
+
+
+def _aware(instant: datetime, name: str) -> datetime:
+    if instant.tzinfo is None:
+        raise ValueError(f"{name} {instant.isoformat()} has no UTC offset")
+    return instant
+
+
+_ENQUEUE_SCHEDULED = text(
+    """
+    INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
+    VALUES (:job_id, (SELECT workspace_id FROM job WHERE id = :job_id), :scheduled_for, :scheduled_for)
+    ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
+    RETURNING id
+    """
+)
+_FIND_SCHEDULED = text(
+    "SELECT id FROM job_queue WHERE job_id = :job_id AND scheduled_for = :scheduled_for"
+)
+
+
+def enqueue_scheduled(conn: Connection | Engine, job_id: int, scheduled_for: datetime) -> Enqueued | AlreadyQueued:
+    """Queue the run of `job_id` for the fire time `scheduled_for` (run_at = scheduled_for).
+
+    A second call for the same pair meets `job_queue_schedule_identity` and returns
+    AlreadyQueued with the existing run's id, however many schedulers race."""
+    values = {"job_id": job_id, "scheduled_for": _aware(scheduled_for, "scheduled_for")}
+    # Given an Engine, the INSERT is a transaction of its own (autocommit): no BEGIN and
+    # COMMIT round trips around the one statement, on the path from a run's fire time to
+    # its start.
+    with (conn.connect().execution_options(isolation_level="AUTOCOMMIT") if isinstance(conn, Engine)
+          else transaction(conn)) as c:
+        run_id = c.execute(_ENQUEUE_SCHEDULED, values).scalar()
+        if run_id is not None:
+            return Enqueued(run_id)
+        # A new statement, so a new snapshot: it sees the row that won the conflict.
+        return AlreadyQueued(c.execute(_FIND_SCHEDULED, values).scalar_one())
+
+
+# Arrays go as binary parameters (%b): psycopg's text dumping of ten thousand
+# timestamps costs more than the insert, and racing producers pay it all at once.
+_ENQUEUE_SCHEDULED_MANY = """
+    WITH offered AS (
+        SELECT * FROM unnest(%b::bigint[], %b::timestamptz[]) AS o(job_id, scheduled_for)
+    )
+    INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
+    SELECT o.job_id, j.workspace_id, o.scheduled_for, o.scheduled_for
+    FROM offered o
+    -- LEFT: an unknown job must reach job_queue_job_id_fkey and fail, not vanish
+    LEFT JOIN job j ON j.id = o.job_id
+    WHERE NOT EXISTS (
+        SELECT 1 FROM job_queue q WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
+    )
+    ORDER BY o.job_id, o.scheduled_for
+    ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
+    RETURNING job_id
+"""
+
+
+# A racing producer waits at its first conflicting row until the winner commits, and one
+# statement would then probe every remaining row against the winner's, one by one. So a
+# short first statement meets any racer; the rest, in a new snapshot that holds the
+# racer's committed rows, drops them as a set in the anti-join.
+ENQUEUE_FIRST = 100
+
+
+def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, datetime]]) -> list[int]:
+    """Queue many (job_id, fire time) runs in one transaction; returns the job id of
+    each run created. Pairs that exist are filtered inside each statement (no identity
+    value is consumed for them); ON CONFLICT guards against a racing producer. Every
+    producer writes in the same order, so racing producers cannot deadlock."""
+    if not pairs:
+        return []
+    ordered = sorted({(job_id, _aware(at, "scheduled_for")) for job_id, at in pairs})
+    created = []
+    with transaction(conn) as c:
+        cursor = c.connection.driver_connection.cursor()
+        for chunk in (ordered[:ENQUEUE_FIRST], ordered[ENQUEUE_FIRST:]):
+            if not chunk:
+                continue
+            rows = cursor.execute(_ENQUEUE_SCHEDULED_MANY, ([job_id for job_id, _ in chunk],
+                                                            [at for _, at in chunk])).fetchall()
+            created.extend(job_id for (job_id,) in rows)
+    return created

@@ -1,0 +1,90 @@
+"""Sources' runs, identified by (source, source_ref): inserted, or a still-queued run's
+payload refreshed; a run that is running or finished is never touched."""
+
+from dataclasses import dataclass
+
+from sqlalchemy import ARRAY, BigInteger, Connection, Engine, Text, bindparam, text
+from sqlalchemy.dialects.postgresql import JSONB
+
+from pipelines.queue.jobs import check_payload, check_text
+from pipelines.queue.transaction import transaction
+from resources.database.schema import MAX_REF_LENGTH
+
+
+# Offered rows that would change nothing (same payload, or a run that is no longer
+# queued) are filtered out before the INSERT: ON CONFLICT DO UPDATE would otherwise lock
+# the existing row and consume an identity value even when its WHERE refuses the update.
+_PRODUCE_MANY = text(
+    """
+    WITH offered AS (
+        SELECT * FROM unnest(:refs, :job_ids, :payloads) AS o(source_ref, job_id, payload)
+    )
+    INSERT INTO job_queue (job_id, workspace_id, source, source_ref, payload, run_at)
+    SELECT o.job_id, (SELECT workspace_id FROM job WHERE id = o.job_id), :source, o.source_ref,
+           o.payload, now()
+    FROM offered o
+    WHERE NOT EXISTS (
+        SELECT 1 FROM job_queue q
+        WHERE q.source = :source AND q.source_ref = o.source_ref
+          AND (q.state <> 'queued' OR q.payload = o.payload)
+    )
+    ORDER BY o.source_ref
+    ON CONFLICT ON CONSTRAINT job_queue_source_identity DO UPDATE
+    SET payload = EXCLUDED.payload, updated_at = now()
+    WHERE job_queue.state = 'queued' AND job_queue.payload IS DISTINCT FROM EXCLUDED.payload
+    RETURNING source_ref, xmax = 0 AS created
+    """
+).bindparams(
+    bindparam("refs", type_=ARRAY(Text)),
+    bindparam("job_ids", type_=ARRAY(BigInteger)),
+    bindparam("payloads", type_=ARRAY(JSONB)),
+)
+
+_JOB_IDS = text("SELECT name, id FROM job WHERE name = ANY(:names)").bindparams(
+    bindparam("names", type_=ARRAY(Text))
+)
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What producing did to each ref: created, refreshed (payload replaced while still
+    queued) or unchanged (same payload, or the run is running or finished)."""
+
+    outcomes: dict[str, str]
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for o in self.outcomes.values() if o == outcome)
+
+
+def produce_many(conn: Connection | Engine, source: str, items: list[tuple[str, str, dict]]) -> Produced:
+    """Produce runs from one source: items are (source_ref, job_name, payload). Upserts on
+    `job_queue_source_identity`; a run that is running or finished is never modified; an
+    identical second produce writes nothing at all."""
+    if not source:
+        raise ValueError("a source needs a name")
+    check_text(source, "source", f"source {source[:80]!r}", max_length=200)
+    latest = {ref: (job_name, payload) for ref, job_name, payload in items}
+    for ref, (_, payload) in latest.items():
+        row = f"source {source!r} ref {ref[:80]!r}"
+        check_text(ref, "source_ref", row, max_length=MAX_REF_LENGTH)
+        check_payload(payload, row)
+    with transaction(conn) as c:
+        names = sorted({job_name for job_name, _ in latest.values()})
+        job_ids = dict(c.execute(_JOB_IDS, {"names": names}).all())
+        unknown = [n for n in names if n not in job_ids]
+        if unknown:
+            raise LookupError(f"source {source!r}: no job named {', '.join(map(repr, unknown))}")
+        refs = sorted(latest)
+        returned = dict(c.execute(_PRODUCE_MANY, {
+            "source": source,
+            "refs": refs,
+            "job_ids": [job_ids[latest[ref][0]] for ref in refs],
+            "payloads": [latest[ref][1] for ref in refs],
+        }).all())
+    return Produced({ref: ("created" if returned[ref] else "refreshed") if ref in returned else "unchanged"
+                     for ref in refs})
+
+
+def produce(conn: Connection | Engine, source: str, source_ref: str, job_name: str, payload: dict) -> str:
+    """Produce one run: returns "created", "refreshed" or "unchanged"."""
+    return produce_many(conn, source, [(source_ref, job_name, payload)]).outcomes[source_ref]
