@@ -4,14 +4,17 @@ import multiprocessing
 import os
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 
 from sqlalchemy import Connection, Engine, insert, make_url, select, text
 from sqlalchemy.exc import DBAPIError
 
+from pipelines.dispatch.completeness import Gaps, find_gaps
 from pipelines.dispatch.planner import DutyRow
+from pipelines.dispatch.run import DispatchReport
+from pipelines.queue.claims import ClaimedRun, complete_and_claim
 from resources.database.schema import duty, task
 from resources.database.server import libpq_url
 
@@ -164,3 +167,14 @@ def delete_duty_with_its_tasks(engine: Engine, duty_id: int, outcome: dict) -> N
         outcome["deleted"] = True
     except DBAPIError as error:
         outcome["error"] = str(error)
+
+
+def claim_due_runs(conn, worker_id: str, limit: int, lease: timedelta) -> list[ClaimedRun]:
+    """Claim up to `limit` due runs with nothing to report finished: a worker's first call."""
+    return complete_and_claim(conn, worker_id, [], limit, lease)[1]
+
+
+def gaps_after(engine: Engine, report: DispatchReport) -> Gaps:
+    """The gaps the rules see after the run `report` describes."""
+    return find_gaps(engine, frequency=report.frequency, mode=report.mode, as_of=report.as_of,
+                     requested=report.requested)

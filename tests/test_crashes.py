@@ -19,7 +19,6 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from benchmarks.data import load_duties
-from pipelines.dispatch.completeness import gaps_after
 from pipelines.dispatch.planner import Mode, plan
 from pipelines.dispatch.reading import read_pages
 from pipelines.dispatch.run import DatabaseWentAway, dispatch
@@ -36,6 +35,7 @@ from resources.database.server import (
     stop_embedded,
     with_database,
 )
+from tests.helpers import gaps_after
 
 AS_OF = "2026-12-02T12:00:00Z"
 PROJECT = Path(__file__).resolve().parent.parent

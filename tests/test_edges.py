@@ -15,7 +15,6 @@ from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 
 from pipelines.dispatch import run as dispatch_run
 from pipelines.dispatch.assets import COMPLETENESS_CHECK
-from pipelines.dispatch.completeness import gaps_after
 from pipelines.dispatch.planner import Mode, plan
 from pipelines.dispatch.reading import read_pages
 from pipelines.dispatch.run import dispatch
@@ -26,6 +25,7 @@ from pipelines.queue.jobs import register_job
 from resources.database.schema import FREQUENCIES, MAX_LEAD_DAYS, duty, task
 from resources.database.server import driver_url
 from tests.helpers import (
+    gaps_after,
     add_duty,
     delete_duty_with_its_tasks,
     duty_values,

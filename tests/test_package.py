@@ -37,12 +37,12 @@ def installed(tmp_path_factory):
     return work, python, wheel
 
 
-def test_the_wheel_carries_the_migrations_and_the_snapshot(installed):
+def test_the_wheel_carries_the_migrations_and_the_schema(installed):
     import zipfile
 
     _, _, wheel = installed
     names = zipfile.ZipFile(wheel).namelist()
-    assert "rota_sql/env.py" in names and "rota_sql/script.py.mako" in names and "rota_sql/schema.snapshot" in names
+    assert "rota_sql/env.py" in names and "rota_sql/script.py.mako" in names and "rota_sql/schema.sql" in names
     assert any(n.startswith("rota_sql/versions/0008_") for n in names)
 
 

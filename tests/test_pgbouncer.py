@@ -9,7 +9,6 @@ import psycopg
 import pytest
 from sqlalchemy import make_url, text
 
-from pipelines.dispatch.completeness import gaps_after
 from pipelines.dispatch.planner import Mode
 from pipelines.dispatch.planner import plan
 from pipelines.dispatch.reading import read_pages
@@ -18,7 +17,7 @@ from pipelines.periods.calendar import parse_instant
 from pipelines.queue.jobs import register_job
 from pipelines.queue.produce import produce_many
 from resources.database.engine import make_engine
-from tests.helpers import add_duty, duty_values, insert_duties, keys_by_duty
+from tests.helpers import add_duty, duty_values, gaps_after, insert_duties, keys_by_duty
 from tests.pgbouncer import pgbouncer
 from tests.test_dispatch import ZONES, months
 from tests.test_queue import runs, start_worker, stop, wait_for

@@ -11,7 +11,6 @@ from sqlalchemy import create_engine, text
 
 import tests.worker_handlers  # noqa: F401 - registers the handlers the in-process worker runs
 from pipelines.definitions import defs
-from pipelines.queue.claims import claim_due_runs
 from pipelines.queue.enqueue import AlreadyQueued, enqueue_scheduled, enqueue_scheduled_many
 from pipelines.queue.events import dispatch_pending_events
 from pipelines.queue.jobs import register_job
@@ -20,7 +19,7 @@ from pipelines.queue.worker import Worker, WorkerSettings
 from pipelines.sources.nightly import compact_finished_runs, nightly_ref
 from resources.database.server import driver_url
 from resources.maintenance import MaintenanceSettings
-from tests.helpers import database_fingerprint, rows_only
+from tests.helpers import claim_due_runs, database_fingerprint, rows_only
 from tests.test_queue import add_event, runs, start_worker, stop, wait_for
 
 T0 = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)

@@ -10,14 +10,14 @@ from dagster import AssetCheckKey, AssetKey, DagsterInstance, build_sensor_conte
 from sqlalchemy import text
 
 from pipelines.definitions import defs
-from pipelines.queue.claims import claim_due_runs, fail
+from pipelines.queue.claims import fail
 from pipelines.queue.enqueue import enqueue_scheduled
 from pipelines.queue.jobs import register_job
 from pipelines.queue.operations import NotActionable, operate
 from pipelines.queue.view import JOB_QUEUE, QUEUE_HEALTH_CHECK
 from resources.alerts import AlertWebhookResource
 from resources.scheduling import SchedulingSettings
-from tests.helpers import wait_until_blocked_by
+from tests.helpers import claim_due_runs, wait_until_blocked_by
 from tests.test_alerts import webhook
 
 LEASE = timedelta(seconds=60)

@@ -5,37 +5,13 @@ from datetime import date
 
 import psycopg
 import pytest
-from alembic import command
-from sqlalchemy import create_engine, insert, text
+from sqlalchemy import insert, text
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from pipelines.dispatch.writing import ensure_partitions
-from resources.database import migrate as migrations
 from resources.database.schema import task
-from resources.database.server import ROTA_HOME_DEFAULT, driver_url, libpq_url, with_database
+from resources.database.server import libpq_url, with_database
 from tests.helpers import add_duty, tenant
-from tests.schema_snapshot import SNAPSHOT, snapshot
-
-
-def test_migrations_replay_from_empty_and_the_drift_check_is_clean(fresh_database):
-    url = fresh_database()
-    engine = create_engine(driver_url(url))
-    with engine.begin() as conn:  # an empty database, not the migrated template
-        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
-    migrations.upgrade(url)
-    migrations.upgrade(url)  # idempotent
-    migrations.check(url)
-    command.downgrade(migrations.alembic_config(url), "base")
-    migrations.upgrade(url)
-    migrations.check(url)
-    engine.dispose()
-
-
-def test_the_drift_check_sees_a_difference(database_url, engine):
-    with engine.begin() as conn:
-        conn.execute(text("ALTER TABLE task ADD COLUMN stray integer"))
-    with pytest.raises(Exception, match="stray"):
-        migrations.check(database_url)
 
 
 def test_no_column_is_a_timestamp_without_time_zone(engine):
@@ -291,40 +267,3 @@ def test_a_duty_with_tasks_cannot_be_deleted_moved_or_truncated_alone(database_u
     with engine.begin() as conn:
         conn.execute(text("UPDATE duty SET title = 'renamed', workspace_id = workspace_id"))
         conn.execute(text("TRUNCATE task, duty"))
-
-
-def test_the_migrations_reproduce_the_schema_snapshot(fresh_database):
-    """Triggers, policies, grants and named constraints, which `alembic check` cannot see.
-    On a difference the actual snapshot is written beside the expected one, to compare
-    and, if the change is meant, to copy over it."""
-    url = fresh_database()
-    engine = create_engine(driver_url(url))
-    with engine.begin() as conn:  # replayed from empty, not the template
-        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
-    migrations.upgrade(url)
-    with engine.connect() as conn:
-        actual = snapshot(conn)
-    engine.dispose()
-    if actual != SNAPSHOT.read_text():
-        written = ROTA_HOME_DEFAULT / "schema.snapshot.actual"
-        written.parent.mkdir(parents=True, exist_ok=True)
-        written.write_text(actual)
-        pytest.fail(f"the migrated schema differs from {SNAPSHOT}: diff it against {written}")
-
-
-@pytest.mark.parametrize("change", [
-    "DROP TRIGGER duty_frequency_fixed ON duty",
-    "GRANT INSERT ON task TO rota_app",
-    "ALTER POLICY task_workspace_isolation ON task USING (true)",
-    "ALTER TABLE job_queue RENAME CONSTRAINT job_queue_one_origin TO job_queue_origin",
-    "ALTER TABLE job NO FORCE ROW LEVEL SECURITY",
-    "GRANT EXECUTE ON FUNCTION job_queue_complete_and_claim(bigint[], text, integer, double precision) TO rota_app",
-])
-def test_the_snapshot_sees_what_alembic_check_does_not(database_url, engine, change):
-    with engine.connect() as conn:
-        before = snapshot(conn)
-    with engine.begin() as conn:
-        conn.execute(text(change))
-    with engine.connect() as conn:
-        assert snapshot(conn) != before
-    migrations.check(database_url)

@@ -9,7 +9,7 @@ from dagster import DagsterInstance, build_sensor_context, materialize
 from sqlalchemy import create_engine, text
 
 from pipelines.definitions import defs
-from pipelines.queue.claims import ClaimedRun, claim_due_runs, complete
+from pipelines.queue.claims import ClaimedRun, complete
 from pipelines.queue.enqueue import enqueue_scheduled
 from pipelines.queue.jobs import register_job
 from pipelines.queue.produce import produce, produce_many
@@ -22,7 +22,7 @@ from resources.maintenance import MaintenanceSettings
 from resources.postgres import PostgresResource
 from schedules.github import poll_repositories
 from tests.fake_github import FakeGitHub
-from tests.helpers import database_fingerprint, race_processes
+from tests.helpers import claim_due_runs, database_fingerprint, race_processes
 
 
 def source_runs(engine, source=None):

@@ -23,11 +23,11 @@ TENANTS = 50
 DISPATCH = """
 import sys
 from sqlalchemy import create_engine
-from pipelines.dispatch.completeness import gaps_after
 from pipelines.dispatch.run import dispatch
 from pipelines.periods.calendar import open_range, parse_instant, periods_between
 from pipelines.dispatch.planner import Mode
 from resources.database.server import driver_url
+from tests.helpers import gaps_after
 as_of = parse_instant("2026-12-02T12:00:00Z")
 engine = create_engine(driver_url(sys.argv[1]))
 report = dispatch(engine, frequency="monthly", mode=Mode.SCHEDULED, as_of=as_of,

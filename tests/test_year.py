@@ -14,12 +14,11 @@ from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 from sqlalchemy import text
 
 from pipelines.definitions import defs
-from pipelines.dispatch.completeness import gaps_after
 from pipelines.dispatch.planner import Mode
 from pipelines.dispatch.run import dispatch
 from pipelines.periods.calendar import open_range, periods_between
 from resources.database.schema import FREQUENCIES
-from tests.helpers import duty_values, insert_duties
+from tests.helpers import duty_values, gaps_after, insert_duties
 
 ZONES = [
     "UTC", "Pacific/Kiritimati", "Pacific/Pago_Pago", "Asia/Kolkata", "Asia/Kathmandu",

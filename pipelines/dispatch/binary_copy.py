@@ -8,8 +8,8 @@ from pipelines.dispatch.planner import PeriodRow, Plan, Slice
 # The bulk path's COPY is written in PostgreSQL's binary COPY format directly: a row is
 # its duty's fields followed by its period's, so a duty's tasks are one join of bytes made
 # once per duty and once per period. psycopg's write_row formats every field of every row
-# instead: 1.4 of the dispatcher's 9 s of Python at a million duties (py-spy), with the
-# workspaces loaded as UUID objects only to be dumped again.
+# instead, a seventh of the dispatcher's Python time (docs/perf.md), with the workspaces
+# loaded as UUID objects only to be dumped again.
 COPY_TASKS = ("COPY task (duty_id, workspace_id, period_key, period_start, due_date, visible_from) "
                "FROM STDIN (FORMAT BINARY)")
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature; no flags, no header extension

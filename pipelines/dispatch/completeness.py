@@ -25,7 +25,6 @@ from sqlalchemy import Engine
 
 from pipelines.dispatch.planner import Mode
 from pipelines.dispatch.reading import local_today
-from pipelines.dispatch.run import DispatchReport
 from pipelines.periods.calendar import calendar_units
 from pipelines.periods.calendar import Period, open_range, periods_between
 
@@ -41,9 +40,9 @@ _ELIGIBLE = """
 """
 
 # One probe of task_dispatch_identity per (duty, period), whatever the statistics say. As an
-# anti-join, the planner trusted a partition analyzed before a dispatch filled it: 80 rows
-# estimated, 120,000 there, so it materialized a scan of them once and compared every duty
-# with all of it (PostgreSQL 15: minutes). A LATERAL with a LIMIT is never flattened into a
+# anti-join, the planner trusted a partition analyzed before a dispatch filled it, so it
+# materialized a scan of what it expected to be a few rows and compared every duty with
+# all of it (minutes: docs/perf.md). A LATERAL with a LIMIT is never flattened into a
 # join, so its scan runs once per row and only an index lookup is cheap enough to be chosen.
 # Each probe also names the run's keys as constants, which prune it to the partitions that
 # can hold them (on period_key alone, every partition is probed).
@@ -145,12 +144,6 @@ def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, re
     count = sum(rows[0][2] for rows in parts if rows)
     first = sorted((duty_id, key) for rows in parts for duty_id, key, _ in rows)[:SHOWN]
     return Gaps(count, first)
-
-
-def gaps_after(engine: Engine, report: DispatchReport) -> Gaps:
-    """The gaps the rules see after the run `report` describes."""
-    return find_gaps(engine, frequency=report.frequency, mode=report.mode, as_of=report.as_of,
-                     requested=report.requested)
 
 
 def stale_periods(engine: Engine, frequency: str, now: datetime) -> Gaps:

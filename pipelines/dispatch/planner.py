@@ -104,10 +104,6 @@ class Plan:
     after_dispatched: bool = True
 
     @property
-    def size(self) -> int:
-        return sum(s.last - s.first + 1 for s in self.slices)
-
-    @property
     def tasks(self) -> list[TaskRow]:
         """The slices expanded into task rows, in identity order."""
         rows = [TaskRow(s.duty_id, *period)

@@ -37,9 +37,9 @@ _READ_PAGE = """
 # part in the calendar arithmetic.
 #
 # Today is an expression, not a join: a join with the zone list cannot hand rows on in
-# index order, so every page would sort all the duties after it (370 ms a page, against
-# 100 ms). `= ANY` of a constant array is a hash lookup, and a zone's today is one of the
-# two or three dates on Earth at that instant, so it takes one `WHEN` per date.
+# index order, so every page would sort all the duties after it (docs/perf.md). `= ANY`
+# of a constant array is a hash lookup, and a zone's today is one of the two or three
+# dates on Earth at that instant, so it takes one `WHEN` per date.
 _TODAY = "CROSS JOIN LATERAL (SELECT CASE {whens} END AS today) z"
 _TODAY_WHEN = "WHEN d.timezone = ANY(string_to_array(%(zones_{n})s, ',')) THEN CAST(%(day_{n})s AS date)"
 

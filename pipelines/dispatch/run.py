@@ -127,8 +127,7 @@ def dispatch(
 
     # Pages make millions of short-lived objects, and each full pass of the garbage
     # collector would also walk every object the process held before the run: a Dagster
-    # run's whole framework (a million-duty run through Dagster took 17.7 s with it walked,
-    # 15.1 s frozen). What the run makes is collected as usual, and the freeze ends with it.
+    # run's whole framework (docs/perf.md). What the run makes is collected as usual, and the freeze ends with it.
     gc.freeze()
     try:
         with ThreadPoolExecutor(max_workers=writers, thread_name_prefix=f"dispatch-{frequency}") as pool, \

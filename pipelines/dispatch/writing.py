@@ -32,8 +32,8 @@ DEADLOCK_RETRIES = 8
 
 # A page's plan reaches the server by binary COPY into two temporary tables: the period
 # rows of each (timezone, lead_days) group, and one slice of them per duty. SQL expands
-# them into task rows, so no task row is built, sent or bound in Python (shared/PERF.md:
-# binding rows costs more than inserting them). The tables live as long as the pooled
+# them into task rows, so no task row is built, sent or bound in Python (binding rows
+# costs more than inserting them: docs/perf.md). The tables live as long as the pooled
 # connection and are emptied at every commit. period_key is compared in task's collation:
 # in any other, the anti-join cannot use task_dispatch_identity's second column or prune
 # task's partitions, and probes every partition for all of a duty's tasks.
@@ -46,8 +46,8 @@ _OFFERED_TABLES = (
         duty_id bigint, period_group int, first_index int, last_index int, version bigint
     ) ON COMMIT DELETE ROWS""",
 )
-# A backfill page sorts its offered tasks (260,000 for 20,000 duties over 13 months) into
-# identity order; at the default 4 MB the sort spills 14 MB to disk. The page also vouches,
+# A backfill page sorts hundreds of thousands of offered tasks into identity order, which
+# the default work_mem spills to disk (docs/perf.md). The page also vouches,
 # for its own transaction only, that every task it inserts comes from a duty row its
 # statement holds (_OFFERED), so task_duty_fkey_insert does not check them again
 # (migration 0012).
@@ -81,17 +81,20 @@ _OFFERED = """
     )
 """
 
-# Rows that already exist are filtered out inside the INSERT, so they consume no identity
-# value. The page's keys, as a constant, prune the anti-join to the partitions that can
-# hold them: joined on period_key alone, the planner probes every partition of task. The happy path is a plain INSERT (PERF.md: 7.1 against 10.7 us a row with ON
-# CONFLICT); a racing writer is the only way its anti-join can miss a row, and then
+# Rows that already exist are filtered out inside the INSERT, so they consume no
+# identity value. The page's keys, as a constant, prune the anti-join to the partitions
+# that can hold them: joined on period_key alone, the planner probes every partition of
+# task. The happy path is a plain INSERT, cheaper a row than one with ON CONFLICT
+# (docs/perf.md); a racing writer is the only way its anti-join can miss a row, and then
 # task_dispatch_identity refuses it, the page's transaction rolls back and is written
-# again with ON CONFLICT ON CONSTRAINT task_dispatch_identity DO NOTHING. `last_dispatched_period` moves in the same statement as the tasks that
-# move it, and only forward: keys of one frequency sort chronologically. A scheduled run
-# also records the span it made complete, but only where the duty row is still the
-# version it planned from: anything that cleared the span since (a task deleted, the
-# window moved) left a newer version, and the periods the plan took as existing on the
-# old span's word are then unproven. A duty given no new task is not written at all.
+# again with ON CONFLICT ON CONSTRAINT task_dispatch_identity DO NOTHING.
+# `last_dispatched_period` moves in the same statement as the tasks that move it, and
+# only forward: keys of one frequency sort chronologically. A scheduled run also records
+# the span it made complete, but only where the duty row is still the version it planned
+# from: anything that cleared the span since (a task deleted, the window moved) left a
+# newer version, and the periods the plan took as existing on the old span's word are
+# then unproven. A duty given no new task is not written at all.
+#
 # A duty's marks after a page gave it tasks, from `n` (its newest new key, the version
 # it was planned from and its group's span): last_dispatched_period only forward, and
 # the span only onto the version planned from.
@@ -155,9 +158,8 @@ _ADVANCE_NEW = f"""
     RETURNING d.id, uuid_send(d.workspace_id)
 """
 # The temporary tables have no statistics, so the planner expects a few hundred duties
-# and probes duty_pkey once for each of the 20,000: 43 of a page's 100 ms (EXPLAIN
-# ANALYZE, a monthly page). Without nested loops it reads the page's id range of
-# duty_dispatch_scan_idx once and hashes (60 ms in all).
+# and probes duty_pkey once for each of the page's duties. Without nested loops it reads
+# the page's id range of duty_dispatch_scan_idx once and hashes (docs/perf.md).
 _ADVANCE_SETTINGS = "SELECT set_config('enable_nestloop', 'off', true)"
 
 

@@ -47,13 +47,6 @@ def _fetch(conn: Connection | Engine | psycopg.Connection, statement: str, value
         return c.connection.driver_connection.execute(statement, values).fetchall()
 
 
-def claim_due_runs(conn: Connection | Engine, worker_id: str, limit: int, lease: timedelta) -> list[ClaimedRun]:
-    """Claim up to `limit` due runs for `worker_id` with a lease. Runs locked by another
-    claimer are skipped, not waited for. A run whose job was disabled after it was queued
-    is cancelled here instead of being handed out."""
-    return complete_and_claim(conn, worker_id, [], limit, lease)[1]
-
-
 def complete_and_claim(conn: Connection | Engine | psycopg.Connection, worker_id: str, finished: list[int],
                        limit: int, lease: timedelta) -> tuple[set[int], list[ClaimedRun]]:
     """Mark the held runs `finished` succeeded and claim up to `limit` due runs, in one

@@ -1,5 +1,6 @@
-"""rota's tables, as SQLAlchemy Core. The migrations in `sql/` build the same schema;
-the drift check (`alembic check`, run by the tests) proves the two agree."""
+"""rota's tables as SQLAlchemy Core, for the queries that build statements from them. The
+schema to read is `sql/schema.sql`; the drift check (`alembic check`, run by the migration
+tests) holds these tables to what the migrations build."""
 
 from sqlalchemy import (
     BigInteger,
@@ -132,9 +133,10 @@ task = Table(
     # Partitions are made by rota_ensure_task_partitions (migration 0009) before a write.
     postgresql_partition_by="RANGE (period_key)",
 )
-# task (duty_id, workspace_id) -> duty (id, workspace_id) is enforced by the statement-level
-# triggers of migration 0004, under the name task_duty_fkey: a foreign key checked
-# every inserted row on its own and cost more than the insert.
+# task (duty_id, workspace_id) -> duty (id, workspace_id) is enforced by triggers under the
+# name task_duty_fkey (sql/schema.sql): a row trigger on insert that a dispatch page's own
+# rows skip, and triggers on duty for delete, move and truncate. A foreign key checked
+# every inserted row with a query of its own and cost more than the insert.
 
 job = Table(
     "job",
@@ -239,5 +241,3 @@ rota_history = Table(
     Column("started_at", DateTime(timezone=True), nullable=False),
     CheckConstraint("one_row", name="one_row"),
 )
-
-TENANT_TABLES = ("duty", "task", "event", "job_queue", "job")

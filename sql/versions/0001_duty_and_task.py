@@ -11,12 +11,27 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import UUID
 
-from resources.database.tenancy import enable_tenant_isolation
 
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
+
+
+# Frozen here: a later policy is a later migration, never an edit of this one.
+_CURRENT_WORKSPACE = "NULLIF(current_setting('rota.workspace_id', true), '')::uuid"
+
+
+def enable_tenant_isolation(table: str) -> None:
+    op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+    op.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
+    op.execute(
+        f"CREATE POLICY {table}_workspace_isolation ON {table} "
+        f"USING (workspace_id = {_CURRENT_WORKSPACE}) "
+        f"WITH CHECK (workspace_id = {_CURRENT_WORKSPACE})"
+    )
+    op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO rota_app")
+
 
 def _timestamps() -> list[sa.Column]:
     return [

@@ -82,3 +82,16 @@ def test_the_rule_sees_an_import_that_runs_back_up(tmp_path):
 @pytest.mark.parametrize("module,path", list(application_modules()), ids=lambda v: str(v))
 def test_no_module_is_over_the_size_a_reader_takes_in_at_once(module, path):
     assert len(path.read_text().splitlines()) <= MAX_LINES, f"{module} has grown past {MAX_LINES} lines: split it"
+
+
+def migrations():
+    for path in sorted((ROOT / "sql").rglob("*.py")):
+        yield ".".join(("rota_sql", *path.relative_to(ROOT / "sql").with_suffix("").parts)), path
+
+
+def test_the_migrations_are_frozen_they_import_no_rota_code():
+    """A migration replays the same way forever: an import of rota's code (a helper, another
+    migration) would change an old migration whenever that code changes."""
+    reaching = {(module, imported) for module, path in migrations() for imported in imports_of(path)
+                if room(imported) is not None or imported.startswith("rota_sql") or imported == "importlib"}
+    assert reaching == set()

@@ -1,20 +1,14 @@
-"""What `alembic check` cannot see, as one stable text: the migrations must reproduce
-`sql/schema.snapshot` exactly (a test holds them to it).
+"""A database's schema as one stable text, read from the catalog: what the migration test
+compares between a database built from `sql/schema.sql` and one built by the migrations.
 
-`alembic check` compares tables, columns, types and indexes with `resources/database/schema.py`.
-This adds everything else a migration may change: constraints with their names and
-definitions, triggers, trigger functions, row-level security and its policies, table
-options, and what `rota_app` and PUBLIC are granted (functions included). Only catalog facts that read the
-same on every supported PostgreSQL are written (PostgreSQL 18's named NOT NULL
-constraints are left out: nullability is already in `alembic check`), and nothing that
-names the role that ran the migrations."""
-
-from importlib.resources import files
-from pathlib import Path
+Tables with their options and partitioning, columns (type, collation, nullability,
+default, identity, in order), constraints with their names and definitions, indexes,
+triggers, functions, row-level security and its policies, and what `rota_app` and PUBLIC
+are granted (columns and functions included). Only catalog facts that read the same on
+every supported PostgreSQL are written (PostgreSQL 18's named NOT NULL constraints are
+left out: nullability is in the columns), and nothing that names the role that built it."""
 
 from sqlalchemy import Connection, text
-
-SNAPSHOT = Path(str(files("rota_sql"))) / "schema.snapshot"
 
 _SECTIONS = {
     "tables": """
@@ -26,12 +20,33 @@ _SECTIONS = {
           AND NOT c.relispartition
         ORDER BY 1
     """,
+    "columns": """
+        SELECT c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+               || CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation
+                       THEN ' collate ' || (SELECT collname FROM pg_collation WHERE oid = a.attcollation) ELSE '' END
+               || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+               || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
+               || CASE a.attidentity WHEN 'a' THEN ' identity always' WHEN 'd' THEN ' identity by default' ELSE '' END
+        FROM pg_class c
+        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+        JOIN pg_type t ON t.oid = a.atttypid
+        LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+        WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p') AND c.relname <> 'alembic_version'
+          AND NOT c.relispartition
+        ORDER BY c.relname, a.attnum
+    """,
+    "indexes": """
+        SELECT pg_get_indexdef(i.indexrelid)
+        FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+        WHERE c.relnamespace = 'public'::regnamespace AND NOT c.relispartition AND c.relname <> 'alembic_version'
+        ORDER BY 1
+    """,
     "constraints": """
         SELECT c.conrelid::regclass::text || ' ' || c.conname || ': ' || pg_get_constraintdef(c.oid)
         FROM pg_constraint c
         JOIN pg_class r ON r.oid = c.conrelid AND NOT r.relispartition
         WHERE c.connamespace = 'public'::regnamespace AND c.contype <> 'n'
-          AND c.conrelid <> 'alembic_version'::regclass
+          AND r.relname <> 'alembic_version'
         ORDER BY 1
     """,
     "constraint comments": """
@@ -96,8 +111,8 @@ _SECTIONS = {
 }
 
 
-def snapshot(conn: Connection) -> str:
-    """The schema of `conn`'s database as the snapshot file holds it."""
+def describe(conn: Connection) -> str:
+    """The schema of `conn`'s database, one fact per line, in sections."""
     parts = []
     for title, query in _SECTIONS.items():
         rows = conn.execute(text(query)).scalars().all()
