@@ -11,7 +11,7 @@ green) and leave the backfill's failed and in-progress counts; any other failure
 the backfill failed.
 
 Dagster's daemon no longer writes a backfill once it is completed, so rewriting one then
-races nothing. The backfill storage is Dagster's internal API; tests/test_backfills.py
+races nothing. The backfill storage is Dagster's internal API; tests/dagster/test_backfills.py
 holds it to the pinned version."""
 
 import json

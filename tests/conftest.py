@@ -12,7 +12,7 @@ os.environ.setdefault("PGTZ", "America/St_Johns")
 time.tzset()
 # The test modules build their partitions at import, before any test database exists;
 # a deployment reads the start from its database (pipelines.periods.history), which
-# tests/test_history.py proves without this override.
+# tests/periods/test_history.py proves without this override.
 os.environ.setdefault("ROTA_HISTORY_START", "2020-01-01")
 
 import itertools  # noqa: E402

@@ -1,0 +1,191 @@
+"""The Dagster surface: Definitions load, assets over partition ranges, schedules."""
+
+from datetime import date, datetime, timedelta, timezone
+
+from dagster import DagsterInstance, build_schedule_context, materialize
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+    SCHEDULE_NAME_TAG,
+)
+from sqlalchemy import text
+
+from pipelines.definitions import defs
+from pipelines.dispatch.assets import COMPLETENESS_CHECK
+from pipelines.periods.calendar import parse_instant
+from resources.database.schema import FREQUENCIES
+from tests.helpers import add_duty, database_fingerprint, keys_by_duty, task_keys
+
+
+def run_asset(name, first, last, as_of=None, tags=None, raise_on_error=True):
+    run_config = {"ops": {name: {"config": {"as_of": as_of}}}} if as_of else None
+    return materialize(
+        [defs.resolve_assets_def(name)],
+        instance=DagsterInstance.ephemeral(),
+        tags={ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last, **(tags or {})},
+        run_config=run_config,
+        raise_on_error=raise_on_error,
+    )
+
+
+def metadata(result, name):
+    materialization = result.asset_materializations_for_node(name)[0]
+    return {key: value.value for key, value in materialization.metadata.items()}
+
+
+def by_partition(result, name):
+    """Each materialized partition's own metadata."""
+    return {m.partition: {key: value.value for key, value in m.metadata.items()}
+            for m in result.asset_materializations_for_node(name)}
+
+
+def test_a_thirteen_month_backfill_is_one_run_and_a_second_inserts_nothing(engine):
+    plain = add_duty(engine, timezone="Asia/Kathmandu")
+    closed = add_duty(engine, effective_from=date(2025, 3, 1), effective_to=date(2025, 10, 31))
+    result = run_asset("monthly_tasks", "2025-08-01", "2026-10-01", as_of="2026-08-20T00:00:00+02:00")
+    assert result.success
+    assert keys_by_duty(engine) == {
+        plain: [f"{y}-{m:02d}" for y, m in [(2025, m) for m in range(8, 13)] + [(2026, m) for m in range(1, 9)]],
+        closed: ["2025-08", "2025-09", "2025-10"],
+    }
+    # One materialization per period dispatched, each counting its own period; 2026-09 and
+    # 2026-10 lie beyond what a run as of 2026-08-20 creates: reported, not materialized.
+    partitions = by_partition(result, "monthly_tasks")
+    assert sorted(partitions) == [f"{y}-{m:02d}-01" for y, m in [(2025, m) for m in range(8, 13)]
+                                  + [(2026, m) for m in range(1, 9)]]
+    outcomes = ("created", "existing", "skipped", "outside_window")
+    assert [partitions["2025-10-01"][o] for o in outcomes] == [2, 0, 0, 0]
+    assert [partitions["2025-11-01"][o] for o in outcomes] == [1, 0, 0, 1]
+    assert partitions["2026-08-01"]["mode"] == "backfill"
+    checks = result.get_asset_check_evaluations()
+    assert [(c.check_name, c.passed) for c in checks] == [(COMPLETENESS_CHECK, True)]
+    before = database_fingerprint(engine)
+    again = by_partition(run_asset("monthly_tasks", "2025-08-01", "2026-10-01", as_of="2026-08-20T00:00:00+02:00"),
+                         "monthly_tasks")
+    assert sorted(again) == sorted(partitions)
+    assert [again["2025-10-01"][o] for o in outcomes] == [0, 2, 0, 0]
+    assert database_fingerprint(engine) == before
+
+
+def test_a_range_entirely_beyond_the_runs_instant_is_not_shown_materialized(engine):
+    add_duty(engine, timezone="UTC", lead_days=40)
+    result = run_asset("monthly_tasks", "2027-01-01", "2027-03-01", as_of="2026-12-25T12:00:00Z")
+    assert result.success
+    assert sorted(by_partition(result, "monthly_tasks")) == ["2027-01-01"]  # visible_from 2026-12-22
+    # The two left alone say why on their partitions (Dagster has no status for them).
+    observed = {e.event_specific_data.asset_observation.partition: e.event_specific_data.asset_observation.metadata
+                for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"}
+    assert sorted(observed) == ["2027-02-01", "2027-03-01"]
+    assert observed["2027-02-01"]["not_dispatched"].value.startswith("beyond what a scheduled run creates")
+    assert observed["2027-02-01"]["skipped"].value == 1
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE duty SET state = 'archived'"))
+    empty = run_asset("monthly_tasks", "2027-02-01", "2027-02-01", as_of="2026-12-25T12:00:00Z")
+    assert sorted(by_partition(empty, "monthly_tasks")) == ["2027-02-01"]  # nothing was due: no duty
+
+
+def test_an_as_of_without_an_offset_fails_the_run_before_any_write(engine):
+    add_duty(engine)
+    result = run_asset("monthly_tasks", "2026-08-01", "2026-08-01", as_of="2026-08-20T00:00:00",
+                       raise_on_error=False)
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.error
+    assert "has no UTC offset" in failure.message or "has no UTC offset" in str(failure.cause)
+    assert task_keys(engine) == []
+
+
+def test_an_unplannable_duty_fails_the_run_by_id_after_the_rest_is_written(engine):
+    with engine.begin() as conn:  # a zone PostgreSQL knows but Python does not
+        conn.execute(text("INSERT INTO iana_timezone VALUES ('Mars/Olympus_Mons')"))
+    good = add_duty(engine)
+    bad = add_duty(engine, timezone="Mars/Olympus_Mons")
+    result = run_asset("monthly_tasks", "2026-08-01", "2026-08-01", as_of="2026-08-20T00:00:00Z",
+                       raise_on_error=False)
+    assert not result.success
+    message = str(result.get_step_failure_events()[0].step_failure_data.error)
+    assert f"duty {bad}" in message and "Mars/Olympus_Mons" in message
+    assert keys_by_duty(engine) == {good: ["2026-08"]}
+
+
+def scheduled_run(frequency, tick, instance=None):
+    schedule = defs.resolve_schedule_def(f"{frequency}_tasks_schedule")
+    with build_schedule_context(scheduled_execution_time=tick, resources=defs.resources) as context:
+        requests = schedule.evaluate_tick(context).run_requests
+    assert len(requests) == 1
+    request = requests[0]
+    result = materialize(
+        [defs.resolve_assets_def(f"{frequency}_tasks")],
+        instance=instance or DagsterInstance.ephemeral(),
+        tags={**request.tags, SCHEDULE_NAME_TAG: schedule.name},
+        run_config=request.run_config,
+    )
+    return request, result
+
+
+def test_a_schedule_tick_is_one_scheduled_run_as_of_the_tick(engine):
+    shanghai = add_duty(engine, timezone="Asia/Shanghai")
+    los_angeles = add_duty(engine, timezone="America/Los_Angeles", lead_days=30)
+    add_duty(engine, timezone="UTC", state="paused", lead_days=300)
+    tick = parse_instant("2026-08-31T20:00:00Z")
+    request, result = scheduled_run("monthly", tick)
+    assert (request.tags[ASSET_PARTITION_RANGE_START_TAG], request.tags[ASSET_PARTITION_RANGE_END_TAG]) == (
+        "2026-08-01", "2026-10-01")
+    assert metadata(result, "monthly_tasks")["mode"] == "scheduled"
+    assert metadata(result, "monthly_tasks")["as_of"] == tick.isoformat()
+    assert keys_by_duty(engine) == {shanghai: ["2026-09"], los_angeles: ["2026-08", "2026-09"]}
+
+
+def test_an_hourly_run_reports_only_periods_it_changed_or_never_reported(engine):
+    """The event log grows with new work, not with hours: a scheduled run over a year of
+    open daily periods reports each once, then only the ones it made tasks for."""
+    add_duty(engine, frequency="daily", timezone="UTC", lead_days=300)
+    instance = DagsterInstance.ephemeral()
+    tick = parse_instant("2026-08-31T09:00:00Z")
+    _, first = scheduled_run("daily", tick, instance)
+    assert len(by_partition(first, "daily_tasks")) == 302  # 2026-08-30 is still open west of UTC
+    _, unchanged = scheduled_run("daily", tick + timedelta(minutes=20), instance)
+    assert by_partition(unchanged, "daily_tasks") == {}
+    add_duty(engine, frequency="daily", timezone="UTC", lead_days=2)
+    _, changed = scheduled_run("daily", tick + timedelta(minutes=40), instance)
+    assert sorted(by_partition(changed, "daily_tasks")) == ["2026-08-31", "2026-09-01", "2026-09-02"]
+    assert instance.get_materialized_partitions(defs.resolve_assets_def("daily_tasks").key) == set(
+        by_partition(first, "daily_tasks"))
+
+
+def test_a_scheduled_run_fills_no_gap_where_a_backfill_would(engine):
+    duty_id = add_duty(engine, frequency="daily", timezone="Pacific/Kiritimati")
+    scheduled_run("daily", parse_instant("2026-08-31T09:00:00Z"))
+    scheduled_run("daily", parse_instant("2026-09-03T09:00:00Z"))
+    assert task_keys(engine, duty_id) == ["2026-08-31", "2026-09-03"]
+    run_asset("daily_tasks", "2026-08-31", "2026-09-04", as_of="2026-09-03T09:00:00Z")
+    assert task_keys(engine, duty_id) == ["2026-08-31", "2026-09-01", "2026-09-02", "2026-09-03"]
+
+
+def test_every_frequency_schedule_runs(engine):
+    ids = {f: add_duty(engine, frequency=f, timezone="Pacific/Chatham", lead_days=3) for f in FREQUENCIES}
+    tick = datetime(2026, 12, 31, 11, tzinfo=timezone.utc) - timedelta(minutes=0)
+    for frequency in FREQUENCIES:
+        scheduled_run(frequency, tick)
+    assert keys_by_duty(engine) == {
+        ids["daily"]: ["2027-01-01", "2027-01-02", "2027-01-03", "2027-01-04"],
+        ids["weekly"]: ["2026-W53"],
+        ids["monthly"]: ["2027-01"],
+        ids["quarterly"]: ["2027-Q1"],
+        ids["yearly"]: ["2027"],
+    }
+
+
+def test_a_run_calls_beyond_only_periods_that_have_no_task(engine):
+    """A duty whose tasks an earlier run made is not read again (the pre-filter), so a lead
+    week that a newer duty only skips still holds the older duty's task: the run never
+    logs it as not dispatched."""
+    early = add_duty(engine, frequency="weekly", timezone="UTC", lead_days=30)
+    tick = parse_instant("2026-11-20T12:00:00Z")
+    instance = DagsterInstance.ephemeral()
+    scheduled_run("weekly", tick, instance)
+    leads = [key for key in task_keys(engine, early) if key != "2026-W47"]
+    assert leads  # the early duty's lead weeks exist
+    add_duty(engine, frequency="weekly", timezone="UTC", lead_days=0)
+    _, result = scheduled_run("weekly", tick + timedelta(hours=1), instance)
+    said = [e.user_message for e in instance.all_logs(result.run_id) if "not dispatched" in e.user_message]
+    assert not any(key in message for key in leads for message in said), said

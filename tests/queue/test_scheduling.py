@@ -1,0 +1,157 @@
+"""Cron fire times (DST policy pinned), the scheduled-runs asset and the queue sensors."""
+
+import re
+from datetime import datetime, timezone
+
+import pytest
+from dagster import DagsterInstance, build_sensor_context, materialize
+from sqlalchemy import insert, text
+
+from pipelines.definitions import defs
+from pipelines.queue.assets import FIRE_TIMES_CHECK, LIVE_TAG, SCHEDULED_RUNS
+from pipelines.queue.cron import InvalidCron
+from pipelines.queue.jobs import register_job
+from resources.database.schema import event
+from tests.helpers import database_fingerprint
+
+UTC = timezone.utc
+
+
+def utc(*args):
+    return datetime(*args, tzinfo=UTC)
+
+
+def iso(instants):
+    return [t.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ") for t in instants]
+
+
+def test_a_job_with_an_invalid_cron_is_refused_by_rota_and_by_the_database(engine):
+    with pytest.raises(InvalidCron, match="61 \\* \\* \\* \\*"):
+        register_job(engine, "bad", schedule="61 * * * *")
+    with pytest.raises(Exception, match="job_schedule_cron_shape"):
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO job (name, schedule) VALUES ('bad', 'every day')"))
+
+
+def materialize_hours(first, last, as_of=None, live=False, raise_on_error=True):
+    return materialize(
+        [defs.resolve_assets_def(SCHEDULED_RUNS)],
+        instance=DagsterInstance.ephemeral(),
+        tags={"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last,
+              **({LIVE_TAG: "true"} if live else {})},
+        run_config={"ops": {SCHEDULED_RUNS: {"config": {"as_of": as_of}}}} if as_of else None,
+        raise_on_error=raise_on_error,
+    )
+
+
+def queued(engine):
+    with engine.connect() as conn:
+        return conn.execute(text(
+            "SELECT j.name, q.scheduled_for FROM job_queue q JOIN job j ON j.id = q.job_id "
+            "ORDER BY 2, 1")).all()
+
+
+def test_an_hourly_backfill_enqueues_every_fire_time_once(engine):
+    register_job(engine, "quarter-hourly", schedule="*/15 * * * *")
+    register_job(engine, "ny-nightly", schedule="30 2 * * *", timezone="America/New_York")
+    register_job(engine, "off", schedule="* * * * *", enabled=False)
+    register_job(engine, "events-only", event_type="ping")
+    result = materialize_hours("2026-03-08-06:00", "2026-03-08-07:00")
+    assert result.success
+    rows = queued(engine)
+    assert [(name, t.astimezone(UTC).strftime("%H:%M")) for name, t in rows] == [
+        ("quarter-hourly", "06:00"), ("quarter-hourly", "06:15"), ("quarter-hourly", "06:30"),
+        ("quarter-hourly", "06:45"), ("ny-nightly", "07:00"), ("quarter-hourly", "07:00"),
+        ("quarter-hourly", "07:15"), ("quarter-hourly", "07:30"), ("quarter-hourly", "07:45")]
+    check = result.get_asset_check_evaluations()[0]
+    assert (check.check_name, check.passed) == (FIRE_TIMES_CHECK, True)
+    before = database_fingerprint(engine)
+    assert materialize_hours("2026-03-08-06:00", "2026-03-08-07:00").success
+    assert database_fingerprint(engine) == before
+
+
+def owed_since(engine, name, instant):
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE job SET scheduled_since = :t WHERE name = :n"), {"t": instant, "n": name})
+
+
+def test_live_delivery_leaves_stale_fire_times_for_a_visible_backfill(engine):
+    register_job(engine, "every-ten", schedule="*/10 * * * *")
+    owed_since(engine, "every-ten", "2026-08-31T09:00:00Z")
+    live = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:40:00Z", live=True)
+    assert iso(t for _, t in queued(engine)) == ["2026-08-31T10:30Z", "2026-08-31T10:40Z", "2026-08-31T10:50Z"]
+    check = live.get_asset_check_evaluations()[0]
+    assert not check.passed and check.metadata["missing"].value == 3
+    backfill = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:40:00Z")
+    assert len(queued(engine)) == 6 and backfill.get_asset_check_evaluations()[0].passed
+
+
+def test_a_job_owes_no_fire_time_from_before_it_was_scheduled(engine):
+    """A fresh install's first hour, or a job registered mid-hour: the fire times before it
+    were never owed, so the live run neither queues nor reports them; a backfill still
+    queues them when an operator asks."""
+    register_job(engine, "every-ten", schedule="*/10 * * * *")
+    owed_since(engine, "every-ten", "2026-08-31T10:27:00Z")
+    live = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:40:00Z", live=True)
+    check = live.get_asset_check_evaluations()[0]
+    assert check.passed and check.metadata["stale_not_queued"].value == 0
+    assert iso(t for _, t in queued(engine)) == ["2026-08-31T10:30Z", "2026-08-31T10:40Z", "2026-08-31T10:50Z"]
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE job SET schedule = '*/20 * * * *' WHERE name = 'every-ten'"))
+        moved = conn.execute(text("SELECT scheduled_since > '2026-12-01' FROM job WHERE name = 'every-ten'")).scalar()
+    assert moved, "a new cron is owed from when it was set"
+    backfill = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:40:00Z")
+    assert backfill.get_asset_check_evaluations()[0].passed
+    assert iso(t for _, t in queued(engine))[:2] == ["2026-08-31T10:00Z", "2026-08-31T10:20Z"]
+
+
+@pytest.mark.parametrize("cron", ["99 * * * *", "0 0 31 2 *"])
+def test_a_job_whose_cron_cannot_be_planned_fails_the_hours_check_by_name_and_stops_no_other(engine, cron):
+    """Written past register_job (which refuses both): the right shape, but no such minute,
+    or no such day. Every hour reports it at ERROR; the other jobs' fire times are queued."""
+    register_job(engine, "fine", schedule="0 * * * *")
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO job (name, schedule) VALUES ('broken', :cron)"), {"cron": cron})
+    result = materialize_hours("2026-08-31-10:00", "2026-08-31-11:00", raise_on_error=False)
+    assert result.success
+    [check] = result.get_asset_check_evaluations()
+    assert not check.passed and check.severity.value == "ERROR"
+    assert "job 'broken'" in check.metadata["unplannable_jobs"].value
+    assert [name for name, _ in queued(engine)] == ["fine", "fine"]
+
+
+def test_a_cron_that_never_fires_is_refused_at_registration_naming_it(engine):
+    for cron in ("0 0 31 2 *", "0 0 30 2 *", "0 0 31 4 *"):
+        with pytest.raises(InvalidCron, match=re.escape(f"job 'never': cron '{cron}' never fires")):
+            register_job(engine, "never", schedule=cron)
+    register_job(engine, "leap-days", schedule="0 0 29 2 *")  # rare, but it fires
+
+
+def evaluate(sensor_name, cursor=None):
+    sensor = defs.resolve_sensor_def(sensor_name)
+    with build_sensor_context(cursor=cursor, definitions=defs, resources=defs.resources,
+                              instance=DagsterInstance.ephemeral()) as context:
+        return sensor.evaluate_tick(context)
+
+
+def test_the_live_sensor_requests_each_hour_again_only_when_the_jobs_change(engine):
+    register_job(engine, "hourly", schedule="0 * * * *")
+    first = evaluate("scheduled_runs_sensor").run_requests
+    assert first and all(r.tags[LIVE_TAG] == "true" for r in first)
+    assert [r.run_key for r in evaluate("scheduled_runs_sensor").run_requests] == [r.run_key for r in first]
+    register_job(engine, "hourly", schedule="5 * * * *")
+    changed = evaluate("scheduled_runs_sensor").run_requests
+    assert {r.partition_key for r in changed} == {r.partition_key for r in first}
+    assert not {r.run_key for r in changed} & {r.run_key for r in first}
+
+
+def test_the_event_sensor_delivers_each_event_once_and_a_second_tick_writes_nothing(engine):
+    register_job(engine, "mailer", event_type="ping")
+    with engine.begin() as conn:
+        conn.execute(insert(event), [{"type": "ping"}, {"type": "ping"}, {"type": "pong"}])
+    assert evaluate("event_dispatch_sensor").skip_message == "delivered 3 events, queued 2 runs"
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM job_queue")).scalar_one() == 2
+    before = database_fingerprint(engine)
+    assert evaluate("event_dispatch_sensor").skip_message == "delivered 0 events, queued 0 runs"
+    assert database_fingerprint(engine) == before

@@ -1,0 +1,209 @@
+"""What a team deploys, checked statically (containers cannot run here; the topology test
+runs the same processes without them): the instance against Dagster's own config schema,
+the compose file's services and commands, the image, the Kubernetes worker."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster._core.errors import DagsterInvalidConfigError
+from dagster._core.instance.config import dagster_instance_config
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+ROTA_SERVICES = ["code-server", "webserver", "daemon", "worker-1", "worker-2"]
+
+
+def _instance(tmp_path, text: str) -> dict:
+    (tmp_path / "dagster.yaml").write_text(text)
+    config, _ = dagster_instance_config(str(tmp_path))
+    return config
+
+
+def test_the_production_instance_is_valid_dagster_config_with_every_guard(tmp_path):
+    config = _instance(tmp_path, (DEPLOY / "dagster.yaml").read_text())
+    assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
+    assert {"key": "dagster/backfill", "limit": 3} in config["concurrency"]["runs"]["tag_concurrency_limits"]
+    assert config["concurrency"]["pools"] == {"default_limit": 1, "granularity": "run"}
+    assert config["run_monitoring"]["enabled"] and config["run_retries"]["enabled"]
+    assert config["retention"]["schedule"]["purge_after_days"] > 0
+    assert config["run_launcher"]["class"] == "DockerRunLauncher"
+    storage = dict(config["storage"]["postgres"]["postgres_db"])
+    assert storage.pop("scheme") == "postgresql+psycopg2"
+    assert all(set(value) == {"env"} for value in storage.values())  # every credential from the environment
+    with pytest.raises(DagsterInvalidConfigError):  # the check has teeth
+        _instance(tmp_path, (DEPLOY / "dagster.yaml").read_text().replace("max_concurrent_runs: 10",
+                                                                          "max_concurrent_runs: ten"))
+
+
+def test_the_compose_file_runs_the_topology_migrating_first():
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"postgres", "migrate", *ROTA_SERVICES}
+    assert services["migrate"]["command"] == ["rota", "migrate"]
+    for name in ROTA_SERVICES:
+        assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
+        assert services[name]["image"] == services["migrate"]["image"], name
+        assert services[name]["environment"]["ROTA_DATABASE_URL"].endswith("@postgres:5432/rota"), name
+    code_server = services["code-server"]["command"]
+    assert code_server[:3] == ["dagster", "code-server", "start"]
+    assert code_server[code_server.index("-m") + 1] == "pipelines.definitions"
+    assert services["code-server"]["environment"]["DAGSTER_CURRENT_IMAGE"] == services["migrate"]["image"]
+    assert services["webserver"]["command"][0] == "dagster-webserver"
+    assert services["daemon"]["command"][:2] == ["dagster-daemon", "run"]
+    assert [services[w]["command"] for w in ("worker-1", "worker-2")] == [["rota", "worker"]] * 2
+    workspace = yaml.safe_load((DEPLOY / "workspace.yaml").read_text())["load_from"][0]["grpc_server"]
+    assert (workspace["host"], str(workspace["port"])) == ("code-server", code_server[code_server.index("-p") + 1])
+    for name in ("webserver", "daemon"):
+        assert "/var/run/docker.sock:/var/run/docker.sock" in services[name]["volumes"]  # DockerRunLauncher
+        assert any(v.startswith("./workspace.yaml:") for v in services[name]["volumes"])
+    # The instance reads DAGSTER_PG_*; every rota service gives them.
+    needed = set(re.findall(r"env: (DAGSTER_PG_\w+)", (DEPLOY / "dagster.yaml").read_text()))
+    assert needed and all(needed <= set(services[name]["environment"]) for name in ROTA_SERVICES)
+    init = (DEPLOY / "postgres-init.sql").read_text()
+    assert "BYPASSRLS" in init and "CREATEDB" not in init and "CREATEROLE" not in init
+
+
+def test_the_image_installs_the_package_and_serves_the_code_location():
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert re.search(r"pip install --no-cache-dir \. ", dockerfile)  # a package, not editable
+    assert "-e ." not in dockerfile
+    assert "COPY sql sql" in dockerfile
+    assert re.search(r'CMD \["dagster", "code-server", "start".*"pipelines.definitions"', dockerfile.replace("\\\n", ""))
+    assert "COPY deploy/dagster.yaml" in dockerfile
+
+
+def test_the_kubernetes_workers_and_the_helm_values():
+    deployment = yaml.safe_load((DEPLOY / "k8s" / "worker.yaml").read_text())
+    assert deployment["kind"] == "Deployment" and deployment["spec"]["replicas"] >= 2
+    pod = deployment["spec"]["template"]["spec"]
+    command = pod["containers"][0]["command"]
+    assert command[:2] == ["rota", "worker"]
+    assert pod["terminationGracePeriodSeconds"] > float(command[command.index("--grace") + 1])
+    values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
+    assert values["runLauncher"]["type"] == "K8sRunLauncher"
+    assert values["postgresql"]["enabled"] is False
+    [code] = values["dagster-user-deployments"]["deployments"]
+    assert code["codeServerArgs"][:2] == ["-m", "pipelines.definitions"]
+    assert values["dagsterDaemon"]["runMonitoring"]["enabled"] and values["dagsterDaemon"]["runRetries"]["enabled"]
+
+
+def _chart_storage(values: dict) -> dict:
+    """The storage the Dagster chart writes into its instance ConfigMap from these values
+    (helm/dagster/templates/helpers/instance/_postgresql.tpl, chart 1.13.27)."""
+    postgresql = values["postgresql"]
+    db = {
+        "username": postgresql["postgresqlUsername"],
+        "password": {"env": "DAGSTER_PG_PASSWORD"},
+        "hostname": postgresql["postgresqlHost"],
+        "db_name": postgresql["postgresqlDatabase"],
+        "port": postgresql["service"]["port"],
+        "params": postgresql.get("postgresqlParams") or {},
+    }
+    if postgresql.get("postgresqlScheme"):
+        db["scheme"] = postgresql["postgresqlScheme"]
+    return {"postgres": {"postgres_db": db}}
+
+
+def test_the_helm_charts_instance_stores_run_events(tmp_path, test_server, monkeypatch):
+    """The chart's instance, rendered from values.yaml, pointed at a real database and used
+    by Dagster for a run: its event writes (NOTIFY run_events) must go through."""
+    from dagster import DagsterInstance, asset, materialize
+    from sqlalchemy import make_url
+
+    values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
+    storage = _chart_storage(values)
+    _instance(tmp_path, yaml.safe_dump({"storage": storage, **values["additionalInstanceConfig"]}))
+    name = f"rota_chart_{os.getpid()}"
+    test_server.create(name)
+    try:
+        server = make_url(test_server.url(name))
+        query = dict(server.query)
+        storage["postgres"]["postgres_db"].update(
+            username=server.username, hostname=server.host or "", port=server.port or 5432, db_name=name,
+            params={"host": query["host"]} if "host" in query else {})
+        monkeypatch.setenv("DAGSTER_PG_PASSWORD", server.password or "unused")
+        (tmp_path / "dagster.yaml").write_text(yaml.safe_dump({"storage": storage}))
+
+        @asset
+        def probe() -> None:
+            return None
+
+        with DagsterInstance.from_config(str(tmp_path)) as instance:
+            assert materialize([probe], instance=instance).success
+            assert instance.get_latest_materialization_event(probe.key) is not None
+    finally:
+        test_server.drop(name)
+
+
+def test_every_variable_the_run_launcher_forwards_is_set_where_runs_are_launched():
+    launcher = yaml.safe_load((DEPLOY / "dagster.yaml").read_text())["run_launcher"]["config"]["env_vars"]
+    services = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
+    for name in ("daemon", "webserver"):  # the daemon launches queued runs; the webserver terminates them
+        missing = set(launcher) - set(services[name]["environment"])
+        assert not missing, f"{name} lacks {missing}"
+
+
+def test_the_services_that_use_the_docker_socket_may_open_it():
+    """The image runs as uid 10001; the socket is root:docker 0660."""
+    assert "useradd --create-home --uid 10001 rota" in (DEPLOY / "Dockerfile").read_text()
+    services = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
+    using = [name for name, service in services.items()
+             if any(v.startswith("/var/run/docker.sock:") for v in service.get("volumes", []))]
+    assert using == ["webserver", "daemon"]
+    for name in using:
+        assert [g for g in services[name].get("group_add", []) if g.startswith("${DOCKER_GID")], name
+
+
+def _copied(dockerfile: str) -> list[str]:
+    return [source for line in dockerfile.splitlines() if line.startswith("COPY ")
+            for source in line.split()[1:-1]]
+
+
+def test_the_build_context_sends_what_the_image_copies_and_no_local_state():
+    import fnmatch
+
+    ignored = [line.strip() for line in (DEPLOY.parent / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")]
+
+    def excluded(path: str) -> bool:
+        return any(fnmatch.fnmatch(path, pattern.removeprefix("**/")) or fnmatch.fnmatch(path, pattern)
+                   or path.split("/")[0] == pattern for pattern in ignored)
+
+    for local_state in (".venv", ".rota", ".git", "pipelines/__pycache__", "rota.egg-info"):
+        assert excluded(local_state), local_state
+    for source in _copied((DEPLOY / "Dockerfile").read_text()):
+        assert not excluded(source), source
+
+
+def test_the_images_pip_step_resolves_from_what_it_copies(tmp_path):
+    """The Dockerfile's `pip install` run in a clean virtualenv (resolved, not installed) in
+    a directory holding only what the Dockerfile copies before it."""
+    import shutil
+    import subprocess
+    import venv
+
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    context = tmp_path / "src"
+    context.mkdir()
+    for source in _copied(dockerfile.split("RUN pip install")[0]):
+        origin = DEPLOY.parent / source
+        (shutil.copytree if origin.is_dir() else shutil.copy)(origin, context / source)
+    pip_step = re.search(r"RUN pip install --no-cache-dir (.+?) \\\n", dockerfile).group(1).split()
+    venv.create(tmp_path / "venv", with_pip=True)
+    done = subprocess.run([str(tmp_path / "venv" / "bin" / "pip"), "install", "--dry-run", "--quiet", *pip_step],
+                          cwd=context, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_kubernetes_migrates_first_and_workers_poll_behind_a_pooler():
+    job = yaml.safe_load((DEPLOY / "k8s" / "migrate.yaml").read_text())
+    worker = yaml.safe_load((DEPLOY / "k8s" / "worker.yaml").read_text())
+    assert job["kind"] == "Job"
+    [migrate] = job["spec"]["template"]["spec"]["containers"]
+    [work] = worker["spec"]["template"]["spec"]["containers"]
+    assert migrate["command"] == ["rota", "migrate"]
+    assert (migrate["image"], migrate["envFrom"]) == (work["image"], work["envFrom"])
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert "--no-listen" in work["command"]
