@@ -23,15 +23,15 @@ from sqlalchemy import Engine, create_engine, text
 
 from benchmarks.data import load_duties, reset_dispatch
 from benchmarks.queue_baselines import CONCURRENCY
-from pipelines.dispatch.planner import Mode, plan
-from pipelines.dispatch.reading import read_pages
-from pipelines.dispatch.run import DEFAULT_PAGE_SIZE, dispatch
-from pipelines.periods.calendar import open_range, period_containing, periods_between
-from pipelines.queue.enqueue import enqueue_scheduled, enqueue_scheduled_many
-from pipelines.queue.jobs import register_job
-from resources.database import migrate as migrations
-from resources.database.schema import FREQUENCIES
-from resources.database.server import (
+from rota.pipelines.dispatch.planner import Mode, plan
+from rota.pipelines.dispatch.reading import read_pages
+from rota.pipelines.dispatch.run import DEFAULT_PAGE_SIZE, dispatch
+from rota.pipelines.periods.calendar import open_range, period_containing, periods_between
+from rota.pipelines.queue.enqueue import enqueue_scheduled, enqueue_scheduled_many
+from rota.pipelines.queue.jobs import register_job
+from rota.resources.database import migrate as migrations
+from rota.resources.database.schema import FREQUENCIES
+from rota.resources.database.server import (
     PROJECT_ROOT,
     driver_url,
     libpq_url,
@@ -569,7 +569,7 @@ def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
         SCHEDULE_NAME_TAG,
     )
 
-    from pipelines.definitions import defs
+    from rota.pipelines.definitions import defs
 
     def through_dagster() -> None:
         for frequency in FREQUENCIES:

@@ -3,8 +3,8 @@ own `noop` logs each run), which, for the latency case, writes how long after it
 due it started (see benchmarks.queue_baselines.record)."""
 
 from benchmarks.queue_baselines import record
-from pipelines.queue.claims import ClaimedRun
-from pipelines.queue.handlers import handler
+from rota.pipelines.queue.claims import ClaimedRun
+from rota.pipelines.queue.handlers import handler
 
 
 @handler("bench_noop")

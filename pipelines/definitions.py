@@ -2,21 +2,21 @@
 
 from dagster import Definitions
 
-from pipelines.dispatch.assets import TASK_ASSETS
-from pipelines.queue.assets import QUEUE_ASSETS
-from pipelines.queue.view import job_queue_asset, queue_health_check
-from pipelines.sources.assets import SOURCE_ASSETS
-from resources.alerts import alerts_from_env
-from resources.github import github_from_env
-from resources.postgres import postgres_from_env
-from resources.scheduling import scheduling_settings_from_env
-from schedules.alerts import ALERT_SENSORS
-from schedules.backfills import backfill_outcome_sensor
-from schedules.dispatch import DISPATCH_JOBS, DISPATCH_SCHEDULES
-from schedules.freshness import FRESHNESS_CHECKS, freshness_checks_job, freshness_checks_schedule
-from schedules.github import GITHUB_SENSORS
-from schedules.maintenance import MAINTENANCE_JOBS, MAINTENANCE_SCHEDULES
-from schedules.queue import QUEUE_JOBS, QUEUE_SENSORS
+from rota.pipelines.dispatch.assets import TASK_ASSETS
+from rota.pipelines.queue.assets import QUEUE_ASSETS
+from rota.pipelines.queue.view import job_queue_asset, queue_health_check
+from rota.pipelines.sources.assets import SOURCE_ASSETS
+from rota.resources.alerts import alerts_from_env
+from rota.resources.github import github_from_env
+from rota.resources.postgres import postgres_from_env
+from rota.resources.scheduling import scheduling_settings_from_env
+from rota.schedules.alerts import ALERT_SENSORS
+from rota.schedules.backfills import backfill_outcome_sensor
+from rota.schedules.dispatch import DISPATCH_JOBS, DISPATCH_SCHEDULES
+from rota.schedules.freshness import FRESHNESS_CHECKS, freshness_checks_job, freshness_checks_schedule
+from rota.schedules.github import GITHUB_SENSORS
+from rota.schedules.maintenance import MAINTENANCE_JOBS, MAINTENANCE_SCHEDULES
+from rota.schedules.queue import QUEUE_JOBS, QUEUE_SENSORS
 
 defs = Definitions(
     assets=[*TASK_ASSETS, *QUEUE_ASSETS, *SOURCE_ASSETS, job_queue_asset],

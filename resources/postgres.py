@@ -5,7 +5,7 @@ from dagster import ConfigurableResource, EnvVar
 from pydantic import Field
 from sqlalchemy import Engine
 
-from resources.database.engine import (
+from rota.resources.database.engine import (
     DEFAULT_WRITERS,
     MAX_DISPATCH_WRITERS,
     POOL_OVERFLOW,

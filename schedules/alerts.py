@@ -22,7 +22,7 @@ from dagster import (
 )
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
-from resources.alerts import AlertWebhookResource
+from rota.resources.alerts import AlertWebhookResource
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from dagster import (
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from sqlalchemy import text
 
-from pipelines.dispatch.completeness import FRESHNESS_CHECK
-from pipelines.periods.calendar import open_range
-from pipelines.periods.partitions import DISPATCH_CRON, task_asset_name
-from resources.database.schema import FREQUENCIES
-from resources.postgres import PostgresResource
+from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK
+from rota.pipelines.periods.calendar import open_range
+from rota.pipelines.periods.partitions import DISPATCH_CRON, task_asset_name
+from rota.resources.database.schema import FREQUENCIES
+from rota.resources.postgres import PostgresResource
 
 _MAX_LEAD = text(
     "SELECT coalesce(max(lead_days), 0) FROM duty "

@@ -23,11 +23,11 @@ from dagster import (
     define_asset_job,
 )
 
-from pipelines.dispatch.assets import freshness_verdict
-from pipelines.dispatch.completeness import FRESHNESS_CHECK
-from pipelines.periods.partitions import task_asset_name
-from resources.database.schema import FREQUENCIES
-from resources.postgres import PostgresResource
+from rota.pipelines.dispatch.assets import freshness_verdict
+from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK
+from rota.pipelines.periods.partitions import task_asset_name
+from rota.resources.database.schema import FREQUENCIES
+from rota.resources.postgres import PostgresResource
 
 
 def build_freshness_check(frequency: str) -> AssetChecksDefinition:

@@ -2,7 +2,7 @@
 
 from dagster import DefaultSensorStatus, SensorEvaluationContext, SkipReason, sensor
 
-from pipelines.sources.github import (
+from rota.pipelines.sources.github import (
     GitHubClient,
     GitHubError,
     RateLimited,
@@ -10,8 +10,8 @@ from pipelines.sources.github import (
     produce_issues,
     repository_cursors,
 )
-from resources.github import GitHubResource
-from resources.postgres import PostgresResource
+from rota.resources.github import GitHubResource
+from rota.resources.postgres import PostgresResource
 
 
 def poll_repositories(github: GitHubResource, database: PostgresResource,

@@ -3,7 +3,7 @@ that just ended."""
 
 from dagster import DefaultScheduleStatus, build_schedule_from_partitioned_job, define_asset_job
 
-from pipelines.sources.assets import nightly_maintenance
+from rota.pipelines.sources.assets import nightly_maintenance
 
 nightly_maintenance_job = define_asset_job("nightly_maintenance_job", selection=[nightly_maintenance])
 nightly_maintenance_schedule = build_schedule_from_partitioned_job(

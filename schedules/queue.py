@@ -17,19 +17,19 @@ from dagster import (
 )
 from sqlalchemy import text
 
-from pipelines.queue.assets import HOURLY, LIVE_TAG, SCHEDULED_RUNS
-from pipelines.queue.events import dispatch_pending_events
-from pipelines.queue.operations import read_queue_state
-from pipelines.queue.scheduling import live_hours
-from pipelines.queue.view import (
+from rota.pipelines.queue.assets import HOURLY, LIVE_TAG, SCHEDULED_RUNS
+from rota.pipelines.queue.events import dispatch_pending_events
+from rota.pipelines.queue.operations import read_queue_state
+from rota.pipelines.queue.scheduling import live_hours
+from rota.pipelines.queue.view import (
     JOB_QUEUE,
     QUEUE_HEALTH_CHECK,
     operate_job_queue,
     queue_health,
     queue_metadata,
 )
-from resources.postgres import PostgresResource
-from resources.scheduling import SchedulingSettings
+from rota.resources.postgres import PostgresResource
+from rota.resources.scheduling import SchedulingSettings
 
 _JOBS_FINGERPRINT = text(
     "SELECT coalesce(md5(string_agg(concat_ws('|', id, schedule, timezone, enabled), ',' ORDER BY id)), '') "

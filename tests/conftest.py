@@ -23,8 +23,8 @@ import pytest  # noqa: E402
 from psycopg import sql  # noqa: E402
 from sqlalchemy import create_engine, make_url  # noqa: E402
 
-from resources.database import migrate as migrations
-from resources.database.server import (
+from rota.resources.database import migrate as migrations
+from rota.resources.database.server import (
     ROTA_HOME_DEFAULT,
     driver_url,
     libpq_url,

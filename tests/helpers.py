@@ -11,12 +11,12 @@ import psycopg
 from sqlalchemy import Connection, Engine, insert, make_url, select, text
 from sqlalchemy.exc import DBAPIError
 
-from pipelines.dispatch.completeness import Gaps, find_gaps
-from pipelines.dispatch.planner import DutyRow
-from pipelines.dispatch.run import DispatchReport
-from pipelines.queue.claims import ClaimedRun, complete_and_claim
-from resources.database.schema import duty, task
-from resources.database.server import libpq_url
+from rota.pipelines.dispatch.completeness import Gaps, find_gaps
+from rota.pipelines.dispatch.planner import DutyRow
+from rota.pipelines.dispatch.run import DispatchReport
+from rota.pipelines.queue.claims import ClaimedRun, complete_and_claim
+from rota.resources.database.schema import duty, task
+from rota.resources.database.server import libpq_url
 
 
 def duty_values(workspace_id=None, **overrides) -> dict:

@@ -4,7 +4,7 @@ import time
 
 from sqlalchemy import text
 
-from pipelines.queue.handlers import handler
+from rota.pipelines.queue.handlers import handler
 
 RECORD = text("INSERT INTO handler_call (run_id, attempt, job) VALUES (:run_id, :attempt, :job)")
 

@@ -1,5 +1,5 @@
 import sys
 
-from pipelines.cli.main import main
+from rota.pipelines.cli.main import main
 
 sys.exit(main())

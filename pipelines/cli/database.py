@@ -2,7 +2,7 @@
 
 import os
 
-from resources.database.server import (
+from rota.resources.database.server import (
     database_name,
     embedded_datadir,
     embedded_running,

@@ -6,7 +6,7 @@ from datetime import date, timedelta
 
 from sqlalchemy import Engine, func, insert, select
 
-from resources.database.schema import FREQUENCIES, duty, job
+from rota.resources.database.schema import FREQUENCIES, duty, job
 
 DEMO_ZONES = [
     "UTC", "Europe/London", "Europe/Berlin", "Europe/Helsinki", "Africa/Lagos", "Africa/Nairobi",
@@ -52,7 +52,7 @@ def load_demo(engine: Engine) -> int:
     nor jobs; returns how many duties were loaded (0: the database was not empty, and
     nothing in it was touched). The job, `noop`, runs every five minutes in a DST zone
     and on every `demo.ping` event."""
-    from pipelines.queue.jobs import register_job
+    from rota.pipelines.queue.jobs import register_job
 
     with engine.begin() as conn:
         if conn.execute(select(func.count()).select_from(duty)).scalar_one() or \

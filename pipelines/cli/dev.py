@@ -12,10 +12,10 @@ from datetime import datetime, timezone
 
 from sqlalchemy import create_engine
 
-from pipelines.cli.database import Database, say
-from pipelines.cli.demo import load_demo
-from resources.database.migrate import upgrade
-from resources.database.server import Refused, dagster_database_url, driver_url, ensure_database, rota_home
+from rota.pipelines.cli.database import Database, say
+from rota.pipelines.cli.demo import load_demo
+from rota.resources.database.migrate import upgrade
+from rota.resources.database.server import Refused, dagster_database_url, driver_url, ensure_database, rota_home
 
 DAGSTER_YAML = """\
 # Written by `rota dev`. Instance storage lives in its own database on rota's server.
@@ -122,9 +122,9 @@ def dispatch_once(now: datetime) -> int:
     from dagster import DagsterInstance, build_schedule_context
     from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 
-    from pipelines.definitions import defs
-    from pipelines.periods.partitions import DISPATCH_CRON, task_asset_name
-    from resources.database.schema import FREQUENCIES
+    from rota.pipelines.definitions import defs
+    from rota.pipelines.periods.partitions import DISPATCH_CRON, task_asset_name
+    from rota.resources.database.schema import FREQUENCIES
 
     tick = croniter(DISPATCH_CRON, now).get_prev(datetime)
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -191,7 +191,7 @@ def dev(args: argparse.Namespace) -> int:
         # per-tick INFO lines only at --log-level info.
         code_log = open(dagster_home / "code-server.log", "ab")  # noqa: SIM115 - the child's for its life
         start(*python, "dagster", "code-server", "start", "-h", "127.0.0.1", "-p", str(code_port),
-              "-m", "pipelines.definitions", "--location-name", "rota", "--log-level", "warning", output=code_log)
+              "-m", "rota.pipelines.definitions", "--location-name", "rota", "--log-level", "warning", output=code_log)
         code_log.close()
         say("loading the code location rota")
         while running() and not _serving(code_port):
@@ -207,7 +207,7 @@ def dev(args: argparse.Namespace) -> int:
         start(*python, "dagster_webserver", "-w", str(workspace), "-h", args.host, "-p", str(args.port))
         start(*python, "dagster._daemon", "run", "-w", str(workspace), "--log-level", args.log_level)
         for _ in range(args.workers):
-            start(*python, "pipelines.cli", "worker")
+            start(*python, "rota.pipelines.cli", "worker")
         say(f"database {database.url} (open a SQL prompt with: rota psql)")
         say(f"run logs: in the UI, and in {dagster_home / 'code-server.log'}")
         say(f"Dagster UI and daemon starting on http://{args.host}:{args.port}, {args.workers} "

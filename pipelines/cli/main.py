@@ -6,10 +6,10 @@ import signal
 import textwrap
 from pathlib import Path
 
-from pipelines.cli.database import Database, say
-from pipelines.cli.dev import dev
-from resources.database.migrate import upgrade
-from resources.database.server import Refused, embedded_datadir, ensure_database, libpq_url, start_embedded
+from rota.pipelines.cli.database import Database, say
+from rota.pipelines.cli.dev import dev
+from rota.resources.database.migrate import upgrade
+from rota.resources.database.server import Refused, embedded_datadir, ensure_database, libpq_url, start_embedded
 
 
 def _positive_int(value: str) -> int:
@@ -32,8 +32,8 @@ def history_start_command(args: argparse.Namespace) -> int:
     """Show where rota's history starts, or move it (to backfill further back)."""
     from sqlalchemy.pool import NullPool
 
-    from pipelines.periods.history import move_history_start, parse_history_start, read_history_start
-    from resources.database.engine import make_engine
+    from rota.pipelines.periods.history import move_history_start, parse_history_start, read_history_start
+    from rota.resources.database.engine import make_engine
 
     database = Database()
     try:
@@ -63,8 +63,8 @@ def worker(args: argparse.Namespace) -> int:
     import threading
     from datetime import timedelta
 
-    from pipelines.queue.handlers import BUILTIN_HANDLER_MODULES, load_handler_modules
-    from pipelines.queue.worker import Worker, WorkerSettings
+    from rota.pipelines.queue.handlers import BUILTIN_HANDLER_MODULES, load_handler_modules
+    from rota.pipelines.queue.worker import Worker, WorkerSettings
 
     if not os.environ.get("ROTA_DATABASE_URL"):
         say("rota worker needs a database: set ROTA_DATABASE_URL (rota dev starts its own workers "
@@ -73,7 +73,7 @@ def worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     modules = [m for m in (args.handlers or os.environ.get("ROTA_WORKER_HANDLERS", "")).split(",") if m]
     load_handler_modules(BUILTIN_HANDLER_MODULES + modules)
-    from resources.database.engine import make_engine
+    from rota.resources.database.engine import make_engine
 
     try:
         # The claiming loop, the heartbeat, and a connection for each handler slot.

@@ -21,14 +21,14 @@ from dagster import (
 )
 from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 
-from pipelines.dispatch.completeness import FRESHNESS_CHECK, find_gaps, stale_periods
-from pipelines.dispatch.planner import Mode
-from pipelines.dispatch.run import DispatchReport, dispatch
-from pipelines.periods.as_of import AsOfConfig, run_instant
-from pipelines.periods.calendar import period_from_partition_key, periods_between
-from pipelines.periods.partitions import SINGLE_RUN, TASK_PARTITIONS, task_asset_name
-from resources.database.schema import FREQUENCIES
-from resources.postgres import PostgresResource
+from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK, find_gaps, stale_periods
+from rota.pipelines.dispatch.planner import Mode
+from rota.pipelines.dispatch.run import DispatchReport, dispatch
+from rota.pipelines.periods.as_of import AsOfConfig, run_instant
+from rota.pipelines.periods.calendar import period_from_partition_key, periods_between
+from rota.pipelines.periods.partitions import SINGLE_RUN, TASK_PARTITIONS, task_asset_name
+from rota.resources.database.schema import FREQUENCIES
+from rota.resources.postgres import PostgresResource
 
 COMPLETENESS_CHECK = "every_eligible_duty_has_one_task"
 

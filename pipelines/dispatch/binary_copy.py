@@ -3,7 +3,7 @@
 import struct
 from datetime import date
 
-from pipelines.dispatch.planner import PeriodRow, Plan, Slice
+from rota.pipelines.dispatch.planner import PeriodRow, Plan, Slice
 
 # The bulk path's COPY is written in PostgreSQL's binary COPY format directly: a row is
 # its duty's fields followed by its period's, so a duty's tasks are one join of bytes made

@@ -23,10 +23,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
 
-from pipelines.dispatch.planner import Mode
-from pipelines.dispatch.reading import local_today
-from pipelines.periods.calendar import calendar_units
-from pipelines.periods.calendar import Period, open_range, periods_between
+from rota.pipelines.dispatch.planner import Mode
+from rota.pipelines.dispatch.reading import local_today
+from rota.pipelines.periods.calendar import calendar_units
+from rota.pipelines.periods.calendar import Period, open_range, periods_between
 
 SHOWN = 20
 FRESHNESS_CHECK = "current_period_dispatched"

@@ -14,7 +14,7 @@ from enum import Enum
 from functools import lru_cache
 from typing import Iterable, NamedTuple
 
-from pipelines.periods.calendar import Period, following, local_date, period_containing
+from rota.pipelines.periods.calendar import Period, following, local_date, period_containing
 
 
 class Mode(str, Enum):

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from sqlalchemy import Engine
 
-from pipelines.dispatch.planner import DutyRow
-from pipelines.periods.calendar import calendar_units, local_dates
+from rota.pipelines.dispatch.planner import DutyRow
+from rota.pipelines.periods.calendar import calendar_units, local_dates
 
 _READ_PAGE = """
     SELECT id, kind, frequency, timezone, lead_days, effective_from, effective_to, state,

@@ -12,11 +12,11 @@ from psycopg import errors as pg_errors
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from pipelines.dispatch.planner import DutyRow, Mode, Plan, plan
-from pipelines.dispatch.reading import read_pages
-from pipelines.dispatch.writing import PageWritten, ensure_partitions, write_plan
-from pipelines.periods.calendar import Period, following
-from resources.database.engine import DEFAULT_WRITERS
+from rota.pipelines.dispatch.planner import DutyRow, Mode, Plan, plan
+from rota.pipelines.dispatch.reading import read_pages
+from rota.pipelines.dispatch.writing import PageWritten, ensure_partitions, write_plan
+from rota.pipelines.periods.calendar import Period, following
+from rota.resources.database.engine import DEFAULT_WRITERS
 
 DEFAULT_PAGE_SIZE = 20_000
 

@@ -20,8 +20,8 @@ from psycopg import errors as pg_errors
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from pipelines.dispatch.binary_copy import COPY_TASKS, encode_tasks
-from pipelines.dispatch.planner import Plan, Slice
+from rota.pipelines.dispatch.binary_copy import COPY_TASKS, encode_tasks
+from rota.pipelines.dispatch.planner import Plan, Slice
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from typing import Optional
 
 from dagster import Config, Failure
 
-from pipelines.periods.calendar import parse_instant
+from rota.pipelines.periods.calendar import parse_instant
 
 
 class AsOfConfig(Config):

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pendulum
 
-from resources.database.schema import FREQUENCIES
+from rota.resources.database.schema import FREQUENCIES
 
 # Local dates anywhere on Earth at one instant lie within [UTC-12, UTC+14].
 EARLIEST_UTC_OFFSET = timedelta(hours=-12)

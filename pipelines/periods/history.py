@@ -13,7 +13,7 @@ from functools import lru_cache
 from sqlalchemy import Connection, text
 from sqlalchemy.pool import NullPool
 
-from resources.database.server import Refused, resolve_database_url
+from rota.resources.database.server import Refused, resolve_database_url
 
 # Overrides the database's fact for a process that must not read it: the test suite, whose
 # modules build their partitions before any test database exists.
@@ -45,7 +45,7 @@ def history_start() -> datetime:
     override = os.environ.get(OVERRIDE)
     if override:
         return parse_history_start(override)
-    from resources.database.engine import make_engine
+    from rota.resources.database.engine import make_engine
 
     try:
         url = resolve_database_url(start=False)

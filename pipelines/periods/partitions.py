@@ -20,9 +20,9 @@ from dagster import (
     WeeklyPartitionsDefinition,
 )
 
-from pipelines.periods.calendar import open_range
-from pipelines.periods.history import history_start
-from resources.database.schema import FREQUENCIES
+from rota.pipelines.periods.calendar import open_range
+from rota.pipelines.periods.history import history_start
+from rota.resources.database.schema import FREQUENCIES
 
 # Single-run backfills are what make a selected range one run; Dagster still labels the
 # parameter beta and would warn once per asset at every code-location load.

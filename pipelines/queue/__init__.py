@@ -3,7 +3,7 @@ and its Dagster surface (producer assets, the job_queue view, the operator's job
 
 The names below are rota's published interface (SPEC §5, and the README's example)."""
 
-from pipelines.queue.enqueue import AlreadyQueued, Enqueued, enqueue_scheduled
-from pipelines.queue.jobs import register_job
+from rota.pipelines.queue.enqueue import AlreadyQueued, Enqueued, enqueue_scheduled
+from rota.pipelines.queue.jobs import register_job
 
 __all__ = ["AlreadyQueued", "Enqueued", "enqueue_scheduled", "register_job"]

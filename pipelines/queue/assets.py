@@ -12,13 +12,13 @@ from dagster import (
 )
 from sqlalchemy import ARRAY, BigInteger, DateTime, bindparam, text
 
-from pipelines.periods.as_of import AsOfConfig, run_instant
-from pipelines.periods.partitions import HOURLY, SINGLE_RUN
-from pipelines.queue.enqueue import enqueue_scheduled_many
-from pipelines.queue.jobs import cancel_unscheduled_runs
-from pipelines.queue.scheduling import ScheduledJob, plan_fire_times
-from resources.postgres import PostgresResource
-from resources.scheduling import SchedulingSettings
+from rota.pipelines.periods.as_of import AsOfConfig, run_instant
+from rota.pipelines.periods.partitions import HOURLY, SINGLE_RUN
+from rota.pipelines.queue.enqueue import enqueue_scheduled_many
+from rota.pipelines.queue.jobs import cancel_unscheduled_runs
+from rota.pipelines.queue.scheduling import ScheduledJob, plan_fire_times
+from rota.resources.postgres import PostgresResource
+from rota.resources.scheduling import SchedulingSettings
 
 LIVE_TAG = "rota/live"
 SCHEDULED_RUNS = "scheduled_runs"

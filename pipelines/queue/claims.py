@@ -8,7 +8,7 @@ from uuid import UUID
 import psycopg
 from sqlalchemy import ARRAY, BigInteger, Connection, Engine, bindparam, text
 
-from pipelines.queue.transaction import transaction
+from rota.pipelines.queue.transaction import transaction
 
 MAX_ERROR_LENGTH = 10_000
 

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine, text
 
-from pipelines.queue.transaction import transaction
+from rota.pipelines.queue.transaction import transaction
 
 
 @dataclass(frozen=True)

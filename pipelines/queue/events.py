@@ -2,7 +2,7 @@
 
 from sqlalchemy import Connection, Engine, text
 
-from pipelines.queue.transaction import transaction
+from rota.pipelines.queue.transaction import transaction
 
 
 # Events not yet delivered, oldest first, each taken by one sensor (SKIP LOCKED), queued

@@ -7,12 +7,12 @@ from typing import Callable
 
 from sqlalchemy import Engine
 
-from pipelines.queue.claims import ClaimedRun
+from rota.pipelines.queue.claims import ClaimedRun
 
 Handler = Callable[[ClaimedRun, Engine], None]
 HANDLERS: dict[str, Handler] = {}
 # Modules whose handlers every worker has: the Sources' own jobs.
-BUILTIN_HANDLER_MODULES = ["pipelines.sources.nightly", "pipelines.sources.github"]
+BUILTIN_HANDLER_MODULES = ["rota.pipelines.sources.nightly", "rota.pipelines.sources.github"]
 log = logging.getLogger(__name__)
 
 

@@ -7,8 +7,8 @@ from uuid import UUID
 
 from sqlalchemy import ARRAY, BigInteger, Connection, Engine, bindparam, text
 
-from pipelines.queue.cron import InvalidCron, fire_times, validate_cron
-from pipelines.queue.transaction import transaction
+from rota.pipelines.queue.cron import InvalidCron, fire_times, validate_cron
+from rota.pipelines.queue.transaction import transaction
 
 
 # Code owns a job's shape (workspace, schedule, timezone, event type); the operator owns

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from sqlalchemy import ARRAY, BigInteger, Connection, Engine, bindparam, text
 
-from pipelines.queue.transaction import transaction
+from rota.pipelines.queue.transaction import transaction
 
 # The claim latency is measured over runs that fell due this recently.
 LATENCY_WINDOW = timedelta(hours=1)

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from sqlalchemy import ARRAY, BigInteger, Connection, Engine, Text, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
-from pipelines.queue.jobs import check_payload, check_text
-from pipelines.queue.transaction import transaction
-from resources.database.schema import MAX_REF_LENGTH
+from rota.pipelines.queue.jobs import check_payload, check_text
+from rota.pipelines.queue.transaction import transaction
+from rota.resources.database.schema import MAX_REF_LENGTH
 
 
 # Offered rows that would change nothing (same payload, or a run that is no longer

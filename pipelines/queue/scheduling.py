@@ -4,7 +4,7 @@ and an instant in; fire times out."""
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from pipelines.queue.cron import fire_times
+from rota.pipelines.queue.cron import fire_times
 
 
 @dataclass(frozen=True)

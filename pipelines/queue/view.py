@@ -18,9 +18,9 @@ from dagster import (
     op,
 )
 
-from pipelines.queue.operations import NotActionable, QueueState, operate, read_queue_state
-from resources.postgres import PostgresResource
-from resources.scheduling import SchedulingSettings
+from rota.pipelines.queue.operations import NotActionable, QueueState, operate, read_queue_state
+from rota.resources.postgres import PostgresResource
+from rota.resources.scheduling import SchedulingSettings
 
 JOB_QUEUE = "job_queue"
 QUEUE_HEALTH_CHECK = "no_failed_or_waiting_runs"

@@ -33,7 +33,7 @@ from psycopg import OperationalError as DriverOperationalError
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from pipelines.queue.claims import (
+from rota.pipelines.queue.claims import (
     ClaimedRun,
     RUNS_QUEUED_CHANNEL,
     complete_and_claim,
@@ -44,8 +44,8 @@ from pipelines.queue.claims import (
     release,
     seconds_until_next_run,
 )
-from pipelines.queue.handlers import HANDLERS
-from resources.database.server import libpq_url
+from rota.pipelines.queue.handlers import HANDLERS
+from rota.resources.database.server import libpq_url
 
 # A lost database surfaces through SQLAlchemy, or through a raw psycopg cursor.
 DATABASE_GONE = (OperationalError, DriverOperationalError)

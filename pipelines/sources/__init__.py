@@ -24,7 +24,7 @@ class Source:
 
 def sources() -> dict[str, Source]:
     """Every registered Source by name (imported here: each Source module imports this one)."""
-    from pipelines.sources.github import GITHUB
-    from pipelines.sources.nightly import NIGHTLY
+    from rota.pipelines.sources.github import GITHUB
+    from rota.pipelines.sources.nightly import NIGHTLY
 
     return {source.name: source for source in (NIGHTLY, GITHUB)}

@@ -6,11 +6,11 @@ from datetime import date
 
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
-from pipelines.periods.partitions import NIGHTLY_PARTITIONS, SINGLE_RUN
-from pipelines.queue.jobs import register_job
-from pipelines.queue.produce import produce_many
-from pipelines.sources.nightly import NIGHTLY
-from resources.postgres import PostgresResource
+from rota.pipelines.periods.partitions import NIGHTLY_PARTITIONS, SINGLE_RUN
+from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.produce import produce_many
+from rota.pipelines.sources.nightly import NIGHTLY
+from rota.resources.postgres import PostgresResource
 
 
 @asset(

@@ -25,11 +25,11 @@ import requests
 from sqlalchemy import Engine, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
-from pipelines.queue.claims import ClaimedRun
-from pipelines.queue.handlers import handler
-from pipelines.queue.jobs import register_job
-from pipelines.queue.produce import Produced, produce_many
-from pipelines.sources import Source
+from rota.pipelines.queue.claims import ClaimedRun
+from rota.pipelines.queue.handlers import handler
+from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.produce import Produced, produce_many
+from rota.pipelines.sources import Source
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from datetime import date
 
 from sqlalchemy import Engine, text
 
-from pipelines.queue.claims import ClaimedRun, reclaim_expired
-from pipelines.queue.handlers import handler
-from pipelines.sources import Source
-from resources.maintenance import MaintenanceSettings, maintenance_settings_from_env
+from rota.pipelines.queue.claims import ClaimedRun, reclaim_expired
+from rota.pipelines.queue.handlers import handler
+from rota.pipelines.sources import Source
+from rota.resources.maintenance import MaintenanceSettings, maintenance_settings_from_env
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@ and the producers import this alone."""
 
 from sqlalchemy import Engine, create_engine, make_url
 
-from resources.database.migrate import require_head, require_pipeline_role
-from resources.database.server import driver_url
+from rota.resources.database.migrate import require_head, require_pipeline_role
+from rota.resources.database.server import driver_url
 
 # The pool a Dagster run's engine keeps: a dispatch takes one pooled connection to read and
 # one per page it writes at once.

@@ -10,8 +10,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
-from resources.database.schema import metadata
-from resources.database.server import Refused, driver_url
+from rota.resources.database.schema import metadata
+from rota.resources.database.server import Refused, driver_url
 
 # sql/ in the repository, shipped in the package as rota_sql.
 SCRIPT_LOCATION = Path(str(files("rota_sql")))

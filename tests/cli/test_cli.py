@@ -63,5 +63,5 @@ def test_rota_worker_starts_without_importing_dagster(database_url, tmp_path):
     assert worker.returncode == 0
     imported = {line.split("|")[-1].strip() for line in imports.read_text().splitlines() if line.startswith("import time:")}
     # importlib.import_module's own module goes unlogged; the nightly handler's imports show it ran
-    assert {"resources.maintenance", "pipelines.queue.worker"} <= imported
+    assert {"rota.resources.maintenance", "rota.pipelines.queue.worker"} <= imported
     assert not {name for name in imported if name.split(".")[0] == "dagster"}

@@ -13,15 +13,15 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, SCHEDULE_NAME_TAG
 from sqlalchemy import select, update
 
-from pipelines.definitions import defs
-from pipelines.dispatch.completeness import find_gaps
-from pipelines.dispatch.completeness import FRESHNESS_CHECK, stale_periods
-from pipelines.dispatch.planner import Mode
-from pipelines.dispatch.run import dispatch
-from pipelines.periods.calendar import open_range, parse_instant, periods_between
-from resources.alerts import AlertWebhookResource
-from resources.database.schema import duty
-from schedules.alerts import run_failure_alert_sensor
+from rota.pipelines.definitions import defs
+from rota.pipelines.dispatch.completeness import find_gaps
+from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK, stale_periods
+from rota.pipelines.dispatch.planner import Mode
+from rota.pipelines.dispatch.run import dispatch
+from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
+from rota.resources.alerts import AlertWebhookResource
+from rota.resources.database.schema import duty
+from rota.schedules.alerts import run_failure_alert_sensor
 from tests.helpers import add_duty, tenant
 
 

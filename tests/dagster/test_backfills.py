@@ -15,8 +15,8 @@ from dagster._core.storage.tags import (
     BACKFILL_ID_TAG,
 )
 
-from pipelines.definitions import defs
-from schedules.backfills import backfill_outcome_sensor
+from rota.pipelines.definitions import defs
+from rota.schedules.backfills import backfill_outcome_sensor
 from tests.helpers import add_duty
 
 MONTHLY = AssetKey("monthly_tasks")

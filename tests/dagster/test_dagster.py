@@ -10,10 +10,10 @@ from dagster._core.storage.tags import (
 )
 from sqlalchemy import text
 
-from pipelines.definitions import defs
-from pipelines.dispatch.assets import COMPLETENESS_CHECK
-from pipelines.periods.calendar import parse_instant
-from resources.database.schema import FREQUENCIES
+from rota.pipelines.definitions import defs
+from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK
+from rota.pipelines.periods.calendar import parse_instant
+from rota.resources.database.schema import FREQUENCIES
 from tests.helpers import add_duty, database_fingerprint, keys_by_duty, task_keys
 
 

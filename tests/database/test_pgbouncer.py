@@ -9,14 +9,14 @@ import psycopg
 import pytest
 from sqlalchemy import make_url, text
 
-from pipelines.dispatch.planner import Mode
-from pipelines.dispatch.planner import plan
-from pipelines.dispatch.reading import read_pages
-from pipelines.dispatch.run import dispatch
-from pipelines.periods.calendar import parse_instant
-from pipelines.queue.jobs import register_job
-from pipelines.queue.produce import produce_many
-from resources.database.engine import make_engine
+from rota.pipelines.dispatch.planner import Mode
+from rota.pipelines.dispatch.planner import plan
+from rota.pipelines.dispatch.reading import read_pages
+from rota.pipelines.dispatch.run import dispatch
+from rota.pipelines.periods.calendar import parse_instant
+from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.produce import produce_many
+from rota.resources.database.engine import make_engine
 from tests.helpers import add_duty, duty_values, gaps_after, insert_duties, keys_by_duty
 from tests.pgbouncer import pgbouncer
 from tests.dispatch.test_dispatch import ZONES, months

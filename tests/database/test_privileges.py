@@ -10,8 +10,8 @@ from pathlib import Path
 import psycopg
 from alembic import command
 
-from resources.database import migrate as migrations
-from resources.database.server import with_database
+from rota.resources.database import migrate as migrations
+from rota.resources.database.server import with_database
 from tests.helpers import add_duty, task_keys
 from tests.dagster.test_dagster import run_asset
 

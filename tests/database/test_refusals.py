@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 from sqlalchemy import make_url
 
-from resources.database.server import start_embedded, stop_embedded, with_database
+from rota.resources.database.server import start_embedded, stop_embedded, with_database
 
 # What each refusal must say: the attribute or statement that fixes it.
 BYPASSRLS_FIX = "have a DBA run ALTER ROLE rota_plain BYPASSRLS"
@@ -41,7 +41,7 @@ def _role(admin: str, name: str, attributes: str, database: str | None = None) -
 def _rota(tmp_path, url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "ROTA_HISTORY_START"}
     env.update(ROTA_DATABASE_URL=url, ROTA_HOME=str(tmp_path / "home"))
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "rota.pipelines.cli", *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -72,7 +72,7 @@ def migrated(cluster):
     """rota migrated by its owner, the way docs/deploy.md's DBA hands it over."""
     owner = _role(cluster, "rota_owner", "LOGIN BYPASSRLS", database="rota")
     _role(cluster, "rota_app", "LOGIN")
-    from resources.database import migrate as migrations
+    from rota.resources.database import migrate as migrations
 
     migrations.upgrade(owner)
     return cluster, owner
@@ -92,8 +92,8 @@ def test_a_role_without_bypassrls_is_refused_by_every_process_that_dispatches_or
                             env={**env, "ROTA_DATABASE_URL": plain}, timeout=120)
     assert loaded.returncode != 0 and BYPASSRLS_FIX in loaded.stderr, loaded.stderr[-2000:]
     # A run given such a resource fails before it dispatches anything.
-    from resources.database.server import Refused
-    from resources.postgres import PostgresResource
+    from rota.resources.database.server import Refused
+    from rota.resources.postgres import PostgresResource
 
     with pytest.raises(Refused, match="lacks BYPASSRLS"):
         PostgresResource(database_url=plain).engine()

@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import insert, text
 from sqlalchemy.exc import IntegrityError, ProgrammingError
 
-from pipelines.dispatch.writing import ensure_partitions
-from resources.database.schema import task
-from resources.database.server import libpq_url, with_database
+from rota.pipelines.dispatch.writing import ensure_partitions
+from rota.resources.database.schema import task
+from rota.resources.database.server import libpq_url, with_database
 from tests.helpers import add_duty, tenant
 
 
@@ -56,8 +56,8 @@ def test_the_claim_reads_the_claim_index_even_with_the_plan_the_server_caches(en
     plan too must find due runs in the claim index, not scan job_queue, and find the
     runs it finished by their ids, never by the claim index's 'running' range, which
     statistics that say few runs are running (as here) would otherwise choose."""
-    from pipelines.queue.claims import _COMPLETE_AND_CLAIM
-    from pipelines.queue.jobs import register_job
+    from rota.pipelines.queue.claims import _COMPLETE_AND_CLAIM
+    from rota.pipelines.queue.jobs import register_job
 
     admin = test_server.require_admin("loading auto_explain to see the plan inside the function")
     job_id = register_job(engine, "report", schedule="* * * * *")

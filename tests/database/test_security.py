@@ -10,13 +10,13 @@ from dagster import DagsterInstance, build_sensor_context, materialize
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from sqlalchemy import insert, make_url, text
 
-from pipelines.definitions import defs
-from pipelines.dispatch.writing import ensure_partitions
-from pipelines.queue.enqueue import enqueue_scheduled
-from pipelines.queue.jobs import register_job
-from resources.database.schema import task
-from resources.database.server import with_database
-from resources.github import github_from_env
+from rota.pipelines.definitions import defs
+from rota.pipelines.dispatch.writing import ensure_partitions
+from rota.pipelines.queue.enqueue import enqueue_scheduled
+from rota.pipelines.queue.jobs import register_job
+from rota.resources.database.schema import task
+from rota.resources.database.server import with_database
+from rota.resources.github import github_from_env
 from tests.fake_github import FakeGitHub
 from tests.helpers import add_duty, database_fingerprint, rows_only, tenant
 

@@ -10,10 +10,10 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, insert, text
 
-from pipelines.dispatch.writing import ensure_partitions
-from resources.database import migrate as migrations
-from resources.database.schema import task
-from resources.database.server import driver_url
+from rota.pipelines.dispatch.writing import ensure_partitions
+from rota.resources.database import migrate as migrations
+from rota.resources.database.schema import task
+from rota.resources.database.server import driver_url
 from tests.helpers import add_duty, database_fingerprint, rows_only, tenant
 
 

@@ -3,11 +3,11 @@
 import pytest
 from sqlalchemy import create_engine, text
 
-from pipelines.dispatch.completeness import find_gaps
-from pipelines.dispatch.planner import Mode
-from pipelines.dispatch.run import dispatch
-from pipelines.periods.calendar import open_range, parse_instant, period_containing, periods_between
-from resources.database.server import driver_url
+from rota.pipelines.dispatch.completeness import find_gaps
+from rota.pipelines.dispatch.planner import Mode
+from rota.pipelines.dispatch.run import dispatch
+from rota.pipelines.periods.calendar import open_range, parse_instant, period_containing, periods_between
+from rota.resources.database.server import driver_url
 from tests.helpers import duty_values, insert_duties
 
 AS_OF = parse_instant("2027-03-08T12:00:00+00:00")

@@ -11,19 +11,19 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, text, update
 
-from pipelines.dispatch import run as dispatch_run
-from pipelines.dispatch.planner import Mode
-from pipelines.dispatch.run import dispatch
-from pipelines.dispatch.writing import ensure_partitions
-from pipelines.periods.calendar import (
+from rota.pipelines.dispatch import run as dispatch_run
+from rota.pipelines.dispatch.planner import Mode
+from rota.pipelines.dispatch.run import dispatch
+from rota.pipelines.dispatch.writing import ensure_partitions
+from rota.pipelines.periods.calendar import (
     local_date,
     open_range,
     parse_instant,
     period_containing,
     periods_between,
 )
-from resources.database.schema import MAX_LEAD_DAYS, duty, task
-from resources.database.server import driver_url
+from rota.resources.database.schema import MAX_LEAD_DAYS, duty, task
+from rota.resources.database.server import driver_url
 from tests.helpers import (
     gaps_after,
     add_duty,
@@ -195,7 +195,7 @@ def test_the_dispatcher_never_touches_a_task_a_racing_writer_just_made(engine, c
     """The conflict path itself: the row is invisible to the dispatcher's snapshot, so its
     plain insert waits on the unique index, meets task_dispatch_identity, and the page is
     written again with ON CONFLICT DO NOTHING; the caller sees no error."""
-    caplog.set_level(logging.INFO, logger="pipelines.dispatch")
+    caplog.set_level(logging.INFO, logger="rota.pipelines.dispatch")
     duty_id = add_duty(engine)
     ensure_partitions(engine, ["2026-08"])
     outcome = {}
@@ -230,7 +230,7 @@ def test_a_task_past_the_mark_sends_the_copied_page_around_it(engine, caplog):
     task already there (made behind the dispatcher's back, committed) makes the COPY fail
     on task_dispatch_identity, and the page is written again around it: the others are
     made, the task is left as it was, and the report counts it as existing."""
-    caplog.set_level(logging.INFO, logger="pipelines.dispatch")
+    caplog.set_level(logging.INFO, logger="rota.pipelines.dispatch")
     ids = many_duties(engine, count=30)
     ensure_partitions(engine, ["2026-08"])
     with engine.begin() as conn:
@@ -272,7 +272,7 @@ def test_a_thirteen_month_backfill_makes_exactly_the_expected_keys(engine):
 
 
 def _racer(url, as_of, first, last, barrier, results):
-    from pipelines.dispatch.run import dispatch as dispatch_in_child
+    from rota.pipelines.dispatch.run import dispatch as dispatch_in_child
 
     engine = create_engine(driver_url(url), pool_size=1)
     with engine.connect() as conn:  # warm the pool before the start line

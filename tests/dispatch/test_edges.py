@@ -13,17 +13,17 @@ from sqlalchemy.exc import DBAPIError
 
 from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 
-from pipelines.dispatch import run as dispatch_run
-from pipelines.dispatch.assets import COMPLETENESS_CHECK
-from pipelines.dispatch.planner import Mode, plan
-from pipelines.dispatch.reading import read_pages
-from pipelines.dispatch.run import dispatch
-from pipelines.dispatch.writing import ensure_partitions, write_plan
-from pipelines.periods.calendar import open_range, parse_instant, period_containing, periods_between
-from pipelines.queue.enqueue import enqueue_scheduled
-from pipelines.queue.jobs import register_job
-from resources.database.schema import FREQUENCIES, MAX_LEAD_DAYS, duty, task
-from resources.database.server import driver_url
+from rota.pipelines.dispatch import run as dispatch_run
+from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK
+from rota.pipelines.dispatch.planner import Mode, plan
+from rota.pipelines.dispatch.reading import read_pages
+from rota.pipelines.dispatch.run import dispatch
+from rota.pipelines.dispatch.writing import ensure_partitions, write_plan
+from rota.pipelines.periods.calendar import open_range, parse_instant, period_containing, periods_between
+from rota.pipelines.queue.enqueue import enqueue_scheduled
+from rota.pipelines.queue.jobs import register_job
+from rota.resources.database.schema import FREQUENCIES, MAX_LEAD_DAYS, duty, task
+from rota.resources.database.server import driver_url
 from tests.helpers import (
     gaps_after,
     add_duty,

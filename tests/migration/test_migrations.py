@@ -10,8 +10,8 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, text
 
-from resources.database import migrate as migrations
-from resources.database.server import ROTA_HOME_DEFAULT, driver_url, libpq_url
+from rota.resources.database import migrate as migrations
+from rota.resources.database.server import ROTA_HOME_DEFAULT, driver_url, libpq_url
 from tests.migration.catalog import describe
 
 SCHEMA_SQL = Path(str(files("rota_sql"))) / "schema.sql"

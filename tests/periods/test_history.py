@@ -10,14 +10,14 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import create_engine, text
 
-from pipelines.periods.partitions import first_task_partition
-from resources.database import migrate as migrations
-from resources.database.schema import FREQUENCIES
-from resources.database.server import driver_url
+from rota.pipelines.periods.partitions import first_task_partition
+from rota.resources.database import migrate as migrations
+from rota.resources.database.schema import FREQUENCIES
+from rota.resources.database.server import driver_url
 
 PRINT_STARTS = """
 import json
-from pipelines.periods.partitions import HOURLY, NIGHTLY_PARTITIONS, TASK_PARTITIONS
+from rota.pipelines.periods.partitions import HOURLY, NIGHTLY_PARTITIONS, TASK_PARTITIONS
 def first(partitions):
     return partitions.start.strftime(partitions.fmt)
 print(json.dumps({"hourly": first(HOURLY), "nightly": first(NIGHTLY_PARTITIONS),
@@ -81,14 +81,14 @@ def test_an_install_from_before_the_record_starts_at_its_oldest_duty_or_job(fres
 
 def test_rota_history_start_moves_it_and_a_new_process_backfills_from_there(database_url):
     env = {k: v for k, v in os.environ.items() if k != "ROTA_HISTORY_START"}
-    moved = subprocess.run([sys.executable, "-m", "pipelines.cli", "history-start", "2024-01-01"],
+    moved = subprocess.run([sys.executable, "-m", "rota.pipelines.cli", "history-start", "2024-01-01"],
                            env={**env, "ROTA_DATABASE_URL": database_url}, capture_output=True, text=True, timeout=60)
     assert moved.returncode == 0, moved.stdout + moved.stderr
     assert "2024-01-01T00:00+00:00" in moved.stdout and "reload the code location" in moved.stdout
     seen = _starts_seen_by_a_process(database_url)
     assert (seen["hourly"], seen["nightly"], seen["daily"], seen["monthly"], seen["yearly"]) == (
         "2024-01-01-00:00", "2024-01-01", "2023-12-31", "2023-12-01", "2023-01-01")
-    refused = subprocess.run([sys.executable, "-m", "pipelines.cli", "history-start", "last tuesday"],
+    refused = subprocess.run([sys.executable, "-m", "rota.pipelines.cli", "history-start", "last tuesday"],
                              env={**env, "ROTA_DATABASE_URL": database_url}, capture_output=True, text=True,
                              timeout=60)
     assert refused.returncode == 2 and "must be a UTC date or instant" in refused.stdout, refused.stdout + refused.stderr

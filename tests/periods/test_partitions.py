@@ -10,12 +10,12 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, text
 
-from pipelines.dispatch.planner import Mode, plan
-from pipelines.dispatch.reading import read_pages
-from pipelines.dispatch.writing import ensure_partitions, write_plan
-from pipelines.periods.calendar import parse_instant, period_containing
-from resources.database import migrate as migrations
-from resources.database.server import driver_url
+from rota.pipelines.dispatch.planner import Mode, plan
+from rota.pipelines.dispatch.reading import read_pages
+from rota.pipelines.dispatch.writing import ensure_partitions, write_plan
+from rota.pipelines.periods.calendar import parse_instant, period_containing
+from rota.resources.database import migrate as migrations
+from rota.resources.database.server import driver_url
 from tests.helpers import add_duty, task_keys, tenant
 from tests.dispatch.test_dispatch import months, run
 

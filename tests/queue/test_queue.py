@@ -14,12 +14,12 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, insert, text
 
-from pipelines.queue.claims import complete, complete_and_claim, fail, reclaim_expired
-from pipelines.queue.enqueue import AlreadyQueued, Enqueued, enqueue_scheduled, enqueue_scheduled_many
-from pipelines.queue.events import dispatch_pending_events
-from pipelines.queue.jobs import register_job
-from resources.database.schema import event
-from resources.database.server import driver_url, libpq_url
+from rota.pipelines.queue.claims import complete, complete_and_claim, fail, reclaim_expired
+from rota.pipelines.queue.enqueue import AlreadyQueued, Enqueued, enqueue_scheduled, enqueue_scheduled_many
+from rota.pipelines.queue.events import dispatch_pending_events
+from rota.pipelines.queue.jobs import register_job
+from rota.resources.database.schema import event
+from rota.resources.database.server import driver_url, libpq_url
 from tests.helpers import claim_due_runs, database_fingerprint, race_processes, tenant
 
 ROOT = Path(__file__).resolve().parents[2]

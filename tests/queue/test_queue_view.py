@@ -9,14 +9,14 @@ import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, build_sensor_context
 from sqlalchemy import text
 
-from pipelines.definitions import defs
-from pipelines.queue.claims import fail
-from pipelines.queue.enqueue import enqueue_scheduled
-from pipelines.queue.jobs import register_job
-from pipelines.queue.operations import NotActionable, operate
-from pipelines.queue.view import JOB_QUEUE, QUEUE_HEALTH_CHECK
-from resources.alerts import AlertWebhookResource
-from resources.scheduling import SchedulingSettings
+from rota.pipelines.definitions import defs
+from rota.pipelines.queue.claims import fail
+from rota.pipelines.queue.enqueue import enqueue_scheduled
+from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.operations import NotActionable, operate
+from rota.pipelines.queue.view import JOB_QUEUE, QUEUE_HEALTH_CHECK
+from rota.resources.alerts import AlertWebhookResource
+from rota.resources.scheduling import SchedulingSettings
 from tests.helpers import claim_due_runs, wait_until_blocked_by
 from tests.dagster.test_alerts import webhook
 

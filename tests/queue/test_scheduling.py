@@ -7,11 +7,11 @@ import pytest
 from dagster import DagsterInstance, build_sensor_context, materialize
 from sqlalchemy import insert, text
 
-from pipelines.definitions import defs
-from pipelines.queue.assets import FIRE_TIMES_CHECK, LIVE_TAG, SCHEDULED_RUNS
-from pipelines.queue.cron import InvalidCron
-from pipelines.queue.jobs import register_job
-from resources.database.schema import event
+from rota.pipelines.definitions import defs
+from rota.pipelines.queue.assets import FIRE_TIMES_CHECK, LIVE_TAG, SCHEDULED_RUNS
+from rota.pipelines.queue.cron import InvalidCron
+from rota.pipelines.queue.jobs import register_job
+from rota.resources.database.schema import event
 from tests.helpers import database_fingerprint
 
 UTC = timezone.utc

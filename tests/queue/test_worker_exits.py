@@ -8,11 +8,11 @@ from datetime import timedelta
 
 from sqlalchemy import create_engine, text
 
-import pipelines.queue.worker
-from pipelines.queue.enqueue import enqueue_scheduled_many
-from pipelines.queue.jobs import register_job
-from pipelines.queue.worker import Worker, WorkerSettings
-from resources.database.server import driver_url
+import rota.pipelines.queue.worker
+from rota.pipelines.queue.enqueue import enqueue_scheduled_many
+from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.worker import Worker, WorkerSettings
+from rota.resources.database.server import driver_url
 import tests.worker_handlers  # noqa: F401 - registers "sleep" and "boom" for the in-process worker
 from tests.queue.test_queue import T0, runs, start_worker, wait_for
 from tests.queue.test_worker_slots import _handler_calls_table
@@ -55,14 +55,14 @@ def test_a_handlers_failure_is_never_taken_for_a_lost_lease(database_url, engine
     _handler_calls_table(engine)
     boom = register_job(engine, "boom", schedule="* * * * *", max_attempts=1)
     enqueue_scheduled_many(engine, [(boom, T0)])
-    recorded = pipelines.queue.worker.fail
+    recorded = rota.pipelines.queue.worker.fail
 
     def slow_to_return(*args, **kwargs):
         state = recorded(*args, **kwargs)
         time.sleep(1.5)  # past a third of the lease: the heartbeat renews what it holds
         return state
 
-    monkeypatch.setattr(pipelines.queue.worker, "fail", slow_to_return)
+    monkeypatch.setattr(rota.pipelines.queue.worker, "fail", slow_to_return)
     gave_up = []
     worker_engine = create_engine(driver_url(database_url))
     worker = Worker(worker_engine, WorkerSettings(lease=timedelta(seconds=1.5), poll_interval=0.05),

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from pipelines.queue.enqueue import enqueue_scheduled_many
-from pipelines.queue.jobs import register_job
-from pipelines.queue.worker import Worker, WorkerSettings
-from resources.database.server import driver_url
+from rota.pipelines.queue.enqueue import enqueue_scheduled_many
+from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.worker import Worker, WorkerSettings
+from rota.resources.database.server import driver_url
 import tests.worker_handlers  # noqa: F401 - registers "sleep" for the in-process worker
 from tests.queue.test_queue import T0, runs, start_worker, stop, wait_for
 

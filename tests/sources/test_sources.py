@@ -8,18 +8,18 @@ import pytest
 from dagster import DagsterInstance, build_sensor_context, materialize
 from sqlalchemy import create_engine, text
 
-from pipelines.definitions import defs
-from pipelines.queue.claims import ClaimedRun, complete
-from pipelines.queue.enqueue import enqueue_scheduled
-from pipelines.queue.jobs import register_job
-from pipelines.queue.produce import produce, produce_many
-from pipelines.sources.github import GitHubClient, repository_cursors
-from pipelines.sources.nightly import compact_finished_runs, run_maintenance
-from resources.database.server import driver_url
-from resources.github import GitHubResource
-from resources.maintenance import MaintenanceSettings
-from resources.postgres import PostgresResource
-from schedules.github import poll_repositories
+from rota.pipelines.definitions import defs
+from rota.pipelines.queue.claims import ClaimedRun, complete
+from rota.pipelines.queue.enqueue import enqueue_scheduled
+from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.produce import produce, produce_many
+from rota.pipelines.sources.github import GitHubClient, repository_cursors
+from rota.pipelines.sources.nightly import compact_finished_runs, run_maintenance
+from rota.resources.database.server import driver_url
+from rota.resources.github import GitHubResource
+from rota.resources.maintenance import MaintenanceSettings
+from rota.resources.postgres import PostgresResource
+from rota.schedules.github import poll_repositories
 from tests.fake_github import FakeGitHub
 from tests.helpers import claim_due_runs, database_fingerprint, race_processes
 

@@ -15,10 +15,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import text
 
-from pipelines.periods.calendar import period_containing
-from pipelines.queue.enqueue import enqueue_scheduled
-from pipelines.queue.jobs import register_job
-from resources.database.server import ROTA_HOME_DEFAULT
+from rota.pipelines.periods.calendar import period_containing
+from rota.pipelines.queue.enqueue import enqueue_scheduled
+from rota.pipelines.queue.jobs import register_job
+from rota.resources.database.server import ROTA_HOME_DEFAULT
 from tests.helpers import duty_values, insert_duties
 from tests.system.test_end_to_end import answers, graphql, start_rota_dev, wait_for
 

@@ -19,15 +19,15 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from benchmarks.data import load_duties
-from pipelines.dispatch.planner import Mode, plan
-from pipelines.dispatch.reading import read_pages
-from pipelines.dispatch.run import DatabaseWentAway, dispatch
-from pipelines.periods.calendar import open_range, parse_instant, periods_between
-from pipelines.queue.jobs import register_job
-from pipelines.queue.produce import produce
-from pipelines.queue.worker import Worker, WorkerSettings
-from resources.database import migrate as migrations
-from resources.database.server import (
+from rota.pipelines.dispatch.planner import Mode, plan
+from rota.pipelines.dispatch.reading import read_pages
+from rota.pipelines.dispatch.run import DatabaseWentAway, dispatch
+from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
+from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.produce import produce
+from rota.pipelines.queue.worker import Worker, WorkerSettings
+from rota.resources.database import migrate as migrations
+from rota.resources.database.server import (
     ROTA_HOME_DEFAULT,
     driver_url,
     libpq_url,
@@ -42,10 +42,10 @@ PROJECT = Path(__file__).resolve().parents[2]
 CHILD = """
 import sys
 from sqlalchemy import create_engine
-from pipelines.dispatch.run import dispatch
-from pipelines.periods.calendar import open_range, parse_instant, periods_between
-from pipelines.dispatch.planner import Mode
-from resources.database.server import driver_url
+from rota.pipelines.dispatch.run import dispatch
+from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
+from rota.pipelines.dispatch.planner import Mode
+from rota.resources.database.server import driver_url
 as_of = parse_instant(sys.argv[2])
 engine = create_engine(driver_url(sys.argv[1]))
 print("started", flush=True)
@@ -232,7 +232,7 @@ def test_postgres_crashing_mid_dispatch_and_mid_worker_run_fails_loudly_and_heal
     worker = Worker(engine, WorkerSettings(lease=timedelta(seconds=2), poll_interval=0.05,
                                            reclaim_interval=0.2, backoff=timedelta(0)))
     runner = threading.Thread(target=worker.run)
-    caplog.set_level(logging.INFO, logger="pipelines.queue.worker")
+    caplog.set_level(logging.INFO, logger="rota.pipelines.queue.worker")
     runner.start()
     try:
         deadline = time.monotonic() + 30

@@ -48,7 +48,7 @@ def test_the_compose_file_runs_the_topology_migrating_first():
         assert services[name]["environment"]["ROTA_DATABASE_URL"].endswith("@postgres:5432/rota"), name
     code_server = services["code-server"]["command"]
     assert code_server[:3] == ["dagster", "code-server", "start"]
-    assert code_server[code_server.index("-m") + 1] == "pipelines.definitions"
+    assert code_server[code_server.index("-m") + 1] == "rota.pipelines.definitions"
     assert services["code-server"]["environment"]["DAGSTER_CURRENT_IMAGE"] == services["migrate"]["image"]
     assert services["webserver"]["command"][0] == "dagster-webserver"
     assert services["daemon"]["command"][:2] == ["dagster-daemon", "run"]
@@ -70,7 +70,7 @@ def test_the_image_installs_the_package_and_serves_the_code_location():
     assert re.search(r"pip install --no-cache-dir \. ", dockerfile)  # a package, not editable
     assert "-e ." not in dockerfile
     assert "COPY sql sql" in dockerfile
-    assert re.search(r'CMD \["dagster", "code-server", "start".*"pipelines.definitions"', dockerfile.replace("\\\n", ""))
+    assert re.search(r'CMD \["dagster", "code-server", "start".*"rota.pipelines.definitions"', dockerfile.replace("\\\n", ""))
     assert "COPY deploy/dagster.yaml" in dockerfile
 
 
@@ -85,7 +85,7 @@ def test_the_kubernetes_workers_and_the_helm_values():
     assert values["runLauncher"]["type"] == "K8sRunLauncher"
     assert values["postgresql"]["enabled"] is False
     [code] = values["dagster-user-deployments"]["deployments"]
-    assert code["codeServerArgs"][:2] == ["-m", "pipelines.definitions"]
+    assert code["codeServerArgs"][:2] == ["-m", "rota.pipelines.definitions"]
     assert values["dagsterDaemon"]["runMonitoring"]["enabled"] and values["dagsterDaemon"]["runRetries"]["enabled"]
 
 

@@ -16,10 +16,10 @@ import pytest
 import requests
 from sqlalchemy import text
 
-from pipelines.periods.calendar import period_containing
-from pipelines.queue.enqueue import enqueue_scheduled
-from pipelines.queue.jobs import register_job
-from resources.database.server import dagster_database_url, database_name
+from rota.pipelines.periods.calendar import period_containing
+from rota.pipelines.queue.enqueue import enqueue_scheduled
+from rota.pipelines.queue.jobs import register_job
+from rota.resources.database.server import dagster_database_url, database_name
 from tests.helpers import add_duty, keys_by_duty
 
 pytestmark = pytest.mark.e2e

@@ -153,13 +153,13 @@ def test_an_installed_rota_starts_from_an_empty_directory_with_an_empty_home(ins
     empty, home = tmp_path / "empty", tmp_path / "home"
     empty.mkdir()
     env = _newcomer_env(ROTA_HOME=str(home))
-    migrated = subprocess.run([str(python), "-m", "pipelines.cli", "migrate"], cwd=empty, env=env,
+    migrated = subprocess.run([str(python), "-m", "rota.pipelines.cli", "migrate"], cwd=empty, env=env,
                               capture_output=True, text=True, timeout=180)
     assert migrated.returncode == 0, migrated.stdout + migrated.stderr
     assert "created the database rota" in migrated.stdout and not _processes_of(home)
     port = free_port()
     log = tmp_path / "installed-dev.log"
-    process = _run_until_serving([str(python), "-m", "pipelines.cli", "dev", "--port", str(port)], empty, env, log,
+    process = _run_until_serving([str(python), "-m", "rota.pipelines.cli", "dev", "--port", str(port)], empty, env, log,
                                  port, timeout=300)
     try:
         _check_demo_and_partitions(port, _database_url(log), log)
@@ -173,7 +173,7 @@ def test_a_start_that_fails_stops_the_server_it_started(tmp_path):
     the migrations are refused) stops that server again."""
     home = tmp_path / "home"
     env = _newcomer_env(ROTA_HOME=str(home), PGOPTIONS="-c default_transaction_read_only=on")
-    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "migrate"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "rota.pipelines.cli", "migrate"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=180)
     assert done.returncode != 0 and "stopped the embedded PostgreSQL" in done.stdout, done.stdout + done.stderr
     assert not _processes_of(home), _processes_of(home)

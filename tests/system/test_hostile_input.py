@@ -11,10 +11,10 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG
 from sqlalchemy import insert, select, text
 from sqlalchemy.exc import DBAPIError
 
-from pipelines.queue.cron import InvalidCron
-from pipelines.queue.jobs import register_job
-from pipelines.queue.produce import produce
-from resources.database.schema import duty, job_queue
+from rota.pipelines.queue.cron import InvalidCron
+from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.produce import produce
+from rota.resources.database.schema import duty, job_queue
 from tests.helpers import add_duty, database_fingerprint, duty_values, insert_duties, rows_only, task_keys
 from tests.dagster.test_dagster import run_asset
 
@@ -133,7 +133,7 @@ def test_an_as_of_that_is_not_an_instant_fails_the_run_naming_the_field(engine, 
 def test_a_backfill_with_only_an_end_is_refused_and_writes_nothing(engine):
     from dagster import DagsterInstance, materialize
 
-    from pipelines.definitions import defs
+    from rota.pipelines.definitions import defs
 
     add_duty(engine)
     before = database_fingerprint(engine)

@@ -44,6 +44,10 @@ def test_the_wheel_carries_the_migrations_and_the_schema(installed):
     names = zipfile.ZipFile(wheel).namelist()
     assert "rota_sql/env.py" in names and "rota_sql/script.py.mako" in names and "rota_sql/schema.sql" in names
     assert any(n.startswith("rota_sql/versions/0008_") for n in names)
+    # Everything else under the name rota: no generic top-level package in site-packages.
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"rota", "rota_sql"}, tops
+    assert "rota/pipelines/definitions.py" in names and "rota/resources/postgres.py" in names
 
 
 def test_an_installed_rota_migrates_and_loads_from_an_empty_directory(installed, database_url, tmp_path):
@@ -52,13 +56,13 @@ def test_an_installed_rota_migrates_and_loads_from_an_empty_directory(installed,
     empty.mkdir()
     env = {"ROTA_DATABASE_URL": database_url, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
            "DAGSTER_HOME": str(tmp_path)}
-    where = subprocess.run([str(python), "-c", "import pipelines, rota_sql; print(pipelines.__file__, rota_sql.__file__)"],
-                           cwd=empty, env=env, check=True, capture_output=True, text=True).stdout
+    where = subprocess.run([str(python), "-c", "import rota.pipelines, rota_sql; print(rota.pipelines.__file__, "
+                            "rota_sql.__file__)"], cwd=empty, env=env, check=True, capture_output=True, text=True).stdout
     assert str(ROOT) not in where and str(work) in where  # the installed copy, not the checkout
-    migrated = subprocess.run([str(python), "-m", "pipelines.cli", "migrate"], cwd=empty, env=env,
+    migrated = subprocess.run([str(python), "-m", "rota.pipelines.cli", "migrate"], cwd=empty, env=env,
                               capture_output=True, text=True, timeout=120)
     assert migrated.returncode == 0, migrated.stdout + migrated.stderr
-    validated = subprocess.run([str(python), "-m", "dagster", "definitions", "validate", "-m", "pipelines.definitions"],
+    validated = subprocess.run([str(python), "-m", "dagster", "definitions", "validate", "-m", "rota.pipelines.definitions"],
                                cwd=empty, env=env, capture_output=True, text=True, timeout=120)
     assert validated.returncode == 0, validated.stdout + validated.stderr
     assert list(empty.iterdir()) == []  # nothing landed in the working directory either

@@ -51,8 +51,8 @@ def test_producers_and_the_worker_load_without_dagster():
     every racing producer process then pays (issue 5, enqueue_race)."""
     done = _fresh_interpreter(
         "import sys\n"
-        "import pipelines.queue.enqueue, pipelines.queue.produce, pipelines.queue.worker, pipelines.dispatch.run, "
-        "pipelines.cli.main\n"
+        "import rota.pipelines.queue.enqueue, rota.pipelines.queue.produce, rota.pipelines.queue.worker, "
+        "rota.pipelines.dispatch.run, rota.pipelines.cli.main\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster')[:3])"
     )
     assert done.returncode == 0, done.stderr
@@ -60,9 +60,24 @@ def test_producers_and_the_worker_load_without_dagster():
 
 
 def test_the_definitions_load_without_a_warning():
-    done = _fresh_interpreter("import pipelines.definitions")
+    done = _fresh_interpreter("import pipelines.definitions")  # as workspace.yaml names them
     assert done.returncode == 0, done.stderr
     assert "Warning" not in done.stderr, done.stderr
+
+
+def test_a_checkout_answers_to_the_specs_names_with_the_installed_packages_objects():
+    """SPEC's interface names (`pipelines.queue`, `pipelines.definitions`) work from a
+    checkout, as the folders of the repository; what they hand out is the installed
+    `rota.pipelines` code itself, not a second copy with classes of its own."""
+    done = _fresh_interpreter(
+        "from pipelines.queue import AlreadyQueued, Enqueued, enqueue_scheduled\n"
+        "import rota.pipelines.queue.enqueue as installed\n"
+        "import pipelines.definitions as checkout, rota.pipelines.definitions as package\n"
+        "same = [a is b for a, b in zip(checkout.defs.assets, package.defs.assets, strict=True)]\n"
+        "print(enqueue_scheduled is installed.enqueue_scheduled, Enqueued is installed.Enqueued,\n"
+        "      AlreadyQueued is installed.AlreadyQueued, all(same) and len(same) > 5)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"] * 4
 
 
 def test_the_unit_tier_runs_with_no_database_reachable(tmp_path):

@@ -10,15 +10,15 @@ from dagster import DagsterInstance, materialize
 from sqlalchemy import create_engine, text
 
 import tests.worker_handlers  # noqa: F401 - registers the handlers the in-process worker runs
-from pipelines.definitions import defs
-from pipelines.queue.enqueue import AlreadyQueued, enqueue_scheduled, enqueue_scheduled_many
-from pipelines.queue.events import dispatch_pending_events
-from pipelines.queue.jobs import register_job
-from pipelines.queue.produce import produce
-from pipelines.queue.worker import Worker, WorkerSettings
-from pipelines.sources.nightly import compact_finished_runs, nightly_ref
-from resources.database.server import driver_url
-from resources.maintenance import MaintenanceSettings
+from rota.pipelines.definitions import defs
+from rota.pipelines.queue.enqueue import AlreadyQueued, enqueue_scheduled, enqueue_scheduled_many
+from rota.pipelines.queue.events import dispatch_pending_events
+from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.produce import produce
+from rota.pipelines.queue.worker import Worker, WorkerSettings
+from rota.pipelines.sources.nightly import compact_finished_runs, nightly_ref
+from rota.resources.database.server import driver_url
+from rota.resources.maintenance import MaintenanceSettings
 from tests.helpers import claim_due_runs, database_fingerprint, rows_only
 from tests.queue.test_queue import add_event, runs, start_worker, stop, wait_for
 
@@ -105,7 +105,7 @@ def test_registration_never_reverts_what_an_operator_set(engine):
 
 
 def test_demo_data_goes_only_into_an_empty_embedded_database(database_url, engine, monkeypatch):
-    from pipelines.cli.dev import prepare
+    from rota.pipelines.cli.dev import prepare
 
     class Given:
         url = database_url

@@ -11,16 +11,16 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from benchmarks.data import load_duties
-from pipelines.dispatch.planner import Mode
-from pipelines.dispatch.run import dispatch
-from pipelines.periods.calendar import open_range, periods_between
-from pipelines.queue.assets import _SCHEDULED_JOBS
-from pipelines.queue.enqueue import enqueue_scheduled_many
-from pipelines.queue.events import dispatch_pending_events
-from pipelines.queue.jobs import register_job
-from pipelines.queue.scheduling import ScheduledJob, plan_fire_times
-from resources.database.schema import FREQUENCIES
-from resources.database.server import driver_url
+from rota.pipelines.dispatch.planner import Mode
+from rota.pipelines.dispatch.run import dispatch
+from rota.pipelines.periods.calendar import open_range, periods_between
+from rota.pipelines.queue.assets import _SCHEDULED_JOBS
+from rota.pipelines.queue.enqueue import enqueue_scheduled_many
+from rota.pipelines.queue.events import dispatch_pending_events
+from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.scheduling import ScheduledJob, plan_fire_times
+from rota.resources.database.schema import FREQUENCIES
+from rota.resources.database.server import driver_url
 from tests.queue.test_queue import start_worker, stop, wait_for
 
 RACE_SECONDS = 20

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from benchmarks.data import load_duties
-from pipelines.dispatch.writing import ensure_partitions
+from rota.pipelines.dispatch.writing import ensure_partitions
 from tests.helpers import tenant
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -23,10 +23,10 @@ TENANTS = 50
 DISPATCH = """
 import sys
 from sqlalchemy import create_engine
-from pipelines.dispatch.run import dispatch
-from pipelines.periods.calendar import open_range, parse_instant, periods_between
-from pipelines.dispatch.planner import Mode
-from resources.database.server import driver_url
+from rota.pipelines.dispatch.run import dispatch
+from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
+from rota.pipelines.dispatch.planner import Mode
+from rota.resources.database.server import driver_url
 from tests.helpers import gaps_after
 as_of = parse_instant("2026-12-02T12:00:00Z")
 engine = create_engine(driver_url(sys.argv[1]))

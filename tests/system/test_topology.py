@@ -18,8 +18,8 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from sqlalchemy import make_url, text
 
 from benchmarks.data import load_duties
-from pipelines.periods.calendar import period_containing
-from resources.database.server import dagster_database_url, database_name
+from rota.pipelines.periods.calendar import period_containing
+from rota.resources.database.server import dagster_database_url, database_name
 from tests.system.test_end_to_end import BACKFILL_STATUS, LAUNCH_BACKFILL, answers, free_port, graphql, wait_for
 from tests.system.test_package import installed
 
@@ -102,13 +102,13 @@ def test_a_killed_run_worker_is_detected_and_retried_to_exactly_the_tasks(
         if key.startswith("DAGSTER_PG_") or key in ("PGHOST", "DAGSTER_HOME"):
             monkeypatch.setenv(key, value)
     # The operator moves rota's history back to the first month it backfills, as documented.
-    moved = subprocess.run([str(python), "-m", "pipelines.cli", "history-start", months[0].start.isoformat()],
+    moved = subprocess.run([str(python), "-m", "rota.pipelines.cli", "history-start", months[0].start.isoformat()],
                            cwd=empty, env=env, capture_output=True, text=True, timeout=120)
     assert moved.returncode == 0, moved.stdout + moved.stderr
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("code-server", "webserver", "daemon")}
     commands = {
         "code-server": [str(python), "-m", "dagster", "code-server", "start", "-h", "127.0.0.1", "-p", str(grpc_port),
-                        "-m", "pipelines.definitions", "--location-name", "rota"],
+                        "-m", "rota.pipelines.definitions", "--location-name", "rota"],
         "webserver": [str(python), "-m", "dagster_webserver", "-h", "127.0.0.1", "-p", str(web_port),
                       "-w", str(workspace)],
         "daemon": [str(python), "-m", "dagster._daemon", "run", "-w", str(workspace)],

@@ -13,11 +13,11 @@ from dagster import DagsterInstance, build_schedule_context, materialize
 from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 from sqlalchemy import text
 
-from pipelines.definitions import defs
-from pipelines.dispatch.planner import Mode
-from pipelines.dispatch.run import dispatch
-from pipelines.periods.calendar import open_range, periods_between
-from resources.database.schema import FREQUENCIES
+from rota.pipelines.definitions import defs
+from rota.pipelines.dispatch.planner import Mode
+from rota.pipelines.dispatch.run import dispatch
+from rota.pipelines.periods.calendar import open_range, periods_between
+from rota.resources.database.schema import FREQUENCIES
 from tests.helpers import duty_values, gaps_after, insert_duties
 
 ZONES = [

@@ -4,8 +4,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pipelines.queue.cron import InvalidCron, fire_times, validate_cron
-from pipelines.queue.scheduling import live_hours
+from rota.pipelines.queue.cron import InvalidCron, fire_times, validate_cron
+from rota.pipelines.queue.scheduling import live_hours
 
 UTC = timezone.utc
 

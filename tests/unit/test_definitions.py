@@ -4,11 +4,11 @@ from datetime import datetime, timezone
 
 import pytest
 
-from pipelines.definitions import defs
-from pipelines.periods.calendar import open_range
-from pipelines.periods.partitions import TASK_PARTITIONS
-from resources.database.schema import FREQUENCIES, MAX_LEAD_DAYS
-from resources.postgres import PostgresResource, postgres_from_env
+from rota.pipelines.definitions import defs
+from rota.pipelines.periods.calendar import open_range
+from rota.pipelines.periods.partitions import TASK_PARTITIONS
+from rota.resources.database.schema import FREQUENCIES, MAX_LEAD_DAYS
+from rota.resources.postgres import PostgresResource, postgres_from_env
 
 
 def test_the_definitions_load_with_every_asset_schedule_and_sensor():

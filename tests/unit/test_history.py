@@ -5,9 +5,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pipelines.periods.calendar import open_range
-from pipelines.periods.partitions import first_dispatch_tick, first_task_partition
-from resources.database.schema import FREQUENCIES
+from rota.pipelines.periods.calendar import open_range
+from rota.pipelines.periods.partitions import first_dispatch_tick, first_task_partition
+from rota.resources.database.schema import FREQUENCIES
 
 
 @pytest.mark.parametrize("start, first_daily", [

@@ -28,6 +28,8 @@ MAX_LINES = 420
 def room(module: str) -> str | None:
     """The room a dotted module name lives in (None: not rota's application code)."""
     parts = module.split(".")
+    if parts[0] == "rota":
+        parts = parts[1:]
     if parts[0] == "resources" or parts[0] == "schedules":
         return parts[0]
     if parts[0] == "pipelines" and len(parts) > 1:
@@ -40,7 +42,7 @@ def room(module: str) -> str | None:
 def application_modules():
     for top in ("pipelines", "resources", "schedules"):
         for path in sorted((ROOT / top).rglob("*.py")):
-            yield ".".join(path.relative_to(ROOT).with_suffix("").parts), path
+            yield ".".join(("rota", *path.relative_to(ROOT).with_suffix("").parts)), path
 
 
 def imports_of(path: Path) -> set[str]:
@@ -74,9 +76,17 @@ def test_no_import_runs_back_up_a_layer_or_into_benchmarks_or_tests():
 def test_the_rule_sees_an_import_that_runs_back_up(tmp_path):
     # Held to one module that reaches up, as resources/postgres.py once did.
     reaching = tmp_path / "postgres.py"
-    reaching.write_text("def writers():\n    from pipelines.dispatch.run import DEFAULT_PAGE_SIZE\n")
-    assert doors([("resources.postgres", reaching)]) == [("resources.postgres", "pipelines.dispatch.run")]
-    assert room("pipelines.queue.worker") == "queue" and room("pipelines.cli.main") == "cli"
+    reaching.write_text("def writers():\n    from rota.pipelines.dispatch.run import DEFAULT_PAGE_SIZE\n")
+    assert doors([("rota.resources.postgres", reaching)]) == [("rota.resources.postgres", "rota.pipelines.dispatch.run")]
+    assert room("rota.pipelines.queue.worker") == "queue" and room("rota.pipelines.cli.main") == "cli"
+
+
+def test_the_code_imports_itself_by_its_installed_name():
+    """Installed, the code is rota.pipelines, rota.resources and rota.schedules; the bare
+    folder names exist only in a checkout, so an import of one would fail in a wheel."""
+    bare = [(module, imported) for module, path in application_modules() for imported in imports_of(path)
+            if imported.split(".")[0] in ("pipelines", "resources", "schedules")]
+    assert bare == []
 
 
 @pytest.mark.parametrize("module,path", list(application_modules()), ids=lambda v: str(v))

@@ -4,8 +4,8 @@ from datetime import date, datetime, timezone
 
 import pytest
 
-from pipelines.dispatch.planner import Mode, plan
-from pipelines.periods.calendar import (
+from rota.pipelines.dispatch.planner import Mode, plan
+from rota.pipelines.periods.calendar import (
     open_range,
     parse_instant,
     period_containing,

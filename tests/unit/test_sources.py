@@ -4,10 +4,10 @@ from datetime import date
 
 import pytest
 
-from pipelines.sources import sources
-from pipelines.sources.github import issue_ref
-from pipelines.sources.nightly import nightly_ref
-from resources.maintenance import MaintenanceSettings
+from rota.pipelines.sources import sources
+from rota.pipelines.sources.github import issue_ref
+from rota.pipelines.sources.nightly import nightly_ref
+from rota.resources.maintenance import MaintenanceSettings
 
 
 def test_each_sources_ref_convention_is_pinned():
