@@ -24,11 +24,11 @@ from rota.pipelines.periods.calendar import open_range
 from rota.pipelines.periods.partitions import DISPATCH_CRON, task_asset_name
 from rota.resources.database.schema import FREQUENCIES
 from rota.resources.postgres import PostgresResource
+from rota.resources.database.queries import queries
 
-_MAX_LEAD = text(
-    "SELECT coalesce(max(lead_days), 0) FROM duty "
-    "WHERE frequency = :frequency AND kind = 'recurring' AND state = 'active'"
-)
+QUERIES = queries("rota.schedules")
+
+_MAX_LEAD = text(QUERIES["max_lead"])
 
 
 def build_dispatch_job(frequency: str):

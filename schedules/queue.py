@@ -30,11 +30,11 @@ from rota.pipelines.queue.view import (
 )
 from rota.resources.postgres import PostgresResource
 from rota.resources.scheduling import SchedulingSettings
+from rota.resources.database.queries import queries
 
-_JOBS_FINGERPRINT = text(
-    "SELECT coalesce(md5(string_agg(concat_ws('|', id, schedule, timezone, enabled), ',' ORDER BY id)), '') "
-    "FROM job WHERE schedule IS NOT NULL"
-)
+QUERIES = queries("rota.schedules")
+
+_JOBS_FINGERPRINT = text(QUERIES["jobs_fingerprint"])
 
 
 deliver_scheduled_runs_job = define_asset_job(

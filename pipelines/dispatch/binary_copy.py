@@ -10,8 +10,6 @@ from rota.pipelines.dispatch.planner import PeriodRow, Plan, Slice
 # once per duty and once per period. psycopg's write_row formats every field of every row
 # instead, a seventh of the dispatcher's Python time (docs/perf.md), with the workspaces
 # loaded as UUID objects only to be dumped again.
-COPY_TASKS = ("COPY task (duty_id, workspace_id, period_key, period_start, due_date, visible_from) "
-               "FROM STDIN (FORMAT BINARY)")
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature; no flags, no header extension
 _COPY_TRAILER = b"\xff\xff"
 _DATE_EPOCH = date(2000, 1, 1).toordinal()  # a binary date counts days from it

@@ -25,69 +25,15 @@ from sqlalchemy import Engine
 
 from rota.pipelines.dispatch.planner import Mode
 from rota.pipelines.dispatch.reading import local_today
-from rota.pipelines.periods.calendar import calendar_units
-from rota.pipelines.periods.calendar import Period, open_range, periods_between
+from rota.pipelines.periods.calendar import Period, calendar_units, open_range, periods_between
+from rota.resources.database.queries import queries
 
 SHOWN = 20
 FRESHNESS_CHECK = "current_period_dispatched"
 # A period is owed its tasks once the tick after it opened has had an hour to run.
 GRACE = timedelta(hours=1)
 
-# A duty that became eligible after the instant judged owed nothing to it (SPEC §6).
-_ELIGIBLE = """
-    d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active' AND z.today IS NOT NULL
-    AND d.eligible_since <= %(as_of)s
-"""
-
-# One probe of task_dispatch_identity per (duty, period), whatever the statistics say. As an
-# anti-join, the planner trusted a partition analyzed before a dispatch filled it, so it
-# materialized a scan of what it expected to be a few rows and compared every duty with
-# all of it (minutes: docs/perf.md). A LATERAL with a LIMIT is never flattened into a
-# join, so its scan runs once per row and only an index lookup is cheap enough to be chosen.
-# Each probe also names the run's keys as constants, which prune it to the partitions that
-# can hold them (on period_key alone, every partition is probed).
-_ID_RANGE = "SELECT min(id), max(id) FROM duty WHERE frequency = %s"
-
-_PROBE = """
-    LEFT JOIN LATERAL (SELECT 1 AS one FROM task t
-                       WHERE t.duty_id = d.id AND t.period_key = {key} AND {keys} LIMIT 1) found ON true
-"""
-_SCHEDULED_GAPS = f"""
-    SELECT d.id, c.period_key, count(*) OVER ()
-    FROM duty d
-    {{today}}
-    CROSS JOIN LATERAL (
-        SELECT to_char(s.start, %(key_format)s) AS period_key,
-               CAST(s.start + CAST(%(step)s AS interval) - interval '1 day' AS date) AS due_date
-        FROM (SELECT date_trunc(%(unit)s, CAST(z.today AS timestamp)) AS start) s
-    ) c
-    {_PROBE.format(key="c.period_key", keys="t.period_key BETWEEN %(first_key)s AND %(last_key)s")}
-    WHERE {_ELIGIBLE} AND d.id BETWEEN %(lo)s AND %(hi)s
-      AND (d.effective_from IS NULL OR d.effective_from <= z.today)
-      AND (d.effective_to IS NULL OR z.today <= d.effective_to)
-      AND (d.effective_from IS NULL OR d.effective_from <= c.due_date)
-      AND (d.effective_to IS NULL OR c.due_date <= d.effective_to)
-      AND c.period_key BETWEEN %(first_key)s AND %(last_key)s
-      AND found.one IS NULL
-    ORDER BY d.id
-    LIMIT {SHOWN}
-"""
-
-_BACKFILL_GAPS = f"""
-    SELECT d.id, p.period_key, count(*) OVER ()
-    FROM duty d
-    {{today}}
-    CROSS JOIN unnest(CAST(%(keys)s AS text[]), CAST(%(starts)s AS date[]), CAST(%(dues)s AS date[]))
-        AS p(period_key, period_start, due_date)
-    {_PROBE.format(key="p.period_key", keys="t.period_key = ANY(%(keys)s)")}
-    WHERE {_ELIGIBLE} AND d.id BETWEEN %(lo)s AND %(hi)s
-      AND (d.effective_from IS NULL OR d.effective_from <= p.due_date)
-      AND (d.effective_to IS NULL OR p.due_date <= d.effective_to)
-      AND (p.period_start <= z.today OR p.due_date - d.lead_days <= z.today)
-      AND found.one IS NULL
-    ORDER BY d.id, p.period_key
-    LIMIT {SHOWN}
-"""
+QUERIES = queries("rota.pipelines.dispatch")
 
 
 @dataclass(frozen=True)
@@ -105,10 +51,10 @@ def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, re
               parallel: int = 1) -> Gaps:
     """The (duty, period) pairs the rules require after a run of `requested` at `as_of`
     that have no task: how many, and the first few in (duty, period) order."""
-    today, params = local_today(as_of)
-    params.update(calendar_units(frequency), frequency=frequency, as_of=as_of)
+    params = {**local_today(as_of), **calendar_units(frequency), "frequency": frequency, "as_of": as_of,
+              "shown": SHOWN}
     if mode is Mode.SCHEDULED:
-        query = _SCHEDULED_GAPS.format(today=today)
+        query = QUERIES["scheduled_gaps"]
         # A scheduled run is judged on each duty's current period only: the keys current
         # somewhere on Earth at `as_of`, within the run's range. The lead periods of the
         # range would only widen every probe to partitions no current key lies in.
@@ -116,11 +62,11 @@ def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, re
         params.update(first_key=max(requested[0].key, current_first.key),
                       last_key=min(requested[-1].key, current_last.key))
     else:
-        query = _BACKFILL_GAPS.format(today=today)
+        query = QUERIES["backfill_gaps"]
         params.update(keys=[p.key for p in requested], starts=[p.start for p in requested],
                       dues=[p.end for p in requested])
     with engine.connect() as conn:
-        lo, hi = conn.exec_driver_sql(_ID_RANGE, (frequency,)).one()
+        lo, hi = conn.exec_driver_sql(QUERIES["id_range"], (frequency,)).one()
         conn.rollback()
     if lo is None:
         return Gaps(0, [])

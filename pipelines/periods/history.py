@@ -13,7 +13,10 @@ from functools import lru_cache
 from sqlalchemy import Connection, text
 from sqlalchemy.pool import NullPool
 
+from rota.resources.database.queries import queries
 from rota.resources.database.server import Refused, resolve_database_url
+
+QUERIES = queries("rota.pipelines.periods")
 
 # Overrides the database's fact for a process that must not read it: the test suite, whose
 # modules build their partitions before any test database exists.
@@ -31,11 +34,11 @@ def parse_history_start(value: str, name: str = OVERRIDE) -> datetime:
 
 
 def read_history_start(connection: Connection) -> datetime:
-    return connection.execute(text("SELECT started_at FROM rota_history")).scalar_one().astimezone(timezone.utc)
+    return connection.execute(text(QUERIES["history_start"])).scalar_one().astimezone(timezone.utc)
 
 
 def move_history_start(connection: Connection, start: datetime) -> None:
-    connection.execute(text("UPDATE rota_history SET started_at = :start"), {"start": start})
+    connection.execute(text(QUERIES["move_history_start"]), {"start": start})
 
 
 @lru_cache(maxsize=1)

@@ -19,24 +19,17 @@ from rota.pipelines.queue.jobs import cancel_unscheduled_runs
 from rota.pipelines.queue.scheduling import ScheduledJob, plan_fire_times
 from rota.resources.postgres import PostgresResource
 from rota.resources.scheduling import SchedulingSettings
+from rota.resources.database.queries import queries
+
+QUERIES = queries("rota.pipelines.queue")
 
 LIVE_TAG = "rota/live"
 SCHEDULED_RUNS = "scheduled_runs"
 FIRE_TIMES_CHECK = "every_fire_time_is_queued"
 
 
-_SCHEDULED_JOBS = text(
-    "SELECT id, name, schedule, timezone, scheduled_since FROM job WHERE enabled AND schedule IS NOT NULL "
-    "ORDER BY id"
-)
-_MISSING_RUNS = text(
-    """
-    SELECT count(*) FROM unnest(:job_ids, :fire_times) AS o(job_id, scheduled_for)
-    WHERE NOT EXISTS (
-        SELECT 1 FROM job_queue q WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
-    )
-    """
-).bindparams(bindparam("job_ids", type_=ARRAY(BigInteger)),
+_SCHEDULED_JOBS = text(QUERIES["scheduled_jobs"])
+_MISSING_RUNS = text(QUERIES["missing_runs"]).bindparams(bindparam("job_ids", type_=ARRAY(BigInteger)),
              bindparam("fire_times", type_=ARRAY(DateTime(timezone=True))))
 
 

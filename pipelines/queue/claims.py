@@ -9,6 +9,9 @@ import psycopg
 from sqlalchemy import ARRAY, BigInteger, Connection, Engine, bindparam, text
 
 from rota.pipelines.queue.transaction import transaction
+from rota.resources.database.queries import queries
+
+QUERIES = queries("rota.pipelines.queue")
 
 MAX_ERROR_LENGTH = 10_000
 
@@ -28,14 +31,7 @@ class ClaimedRun:
     source_ref: str | None
 
 
-# Records a worker's finished runs and claims its next ones in one statement (migration
-# 0014's function, whose plan the server caches): one round trip and, on an autocommit
-# connection, one transaction, where a busy worker otherwise paid BEGIN, two statements
-# and COMMIT for every batch.
-_COMPLETE_AND_CLAIM = """
-    SELECT * FROM job_queue_complete_and_claim(
-        %(finished)s::bigint[], %(worker)s::text, %(limit)s::integer, %(lease)s::double precision)
-"""
+_COMPLETE_AND_CLAIM = QUERIES["complete_and_claim"]
 
 
 def _fetch(conn: Connection | Engine | psycopg.Connection, statement: str, values: dict | None = None) -> list:
@@ -60,13 +56,7 @@ def complete_and_claim(conn: Connection | Engine | psycopg.Connection, worker_id
     return recorded, [ClaimedRun(*row[1:]) for row in rows if row[1] is not None]
 
 
-_EXTEND = text(
-    """
-    UPDATE job_queue SET lease_expires_at = now() + make_interval(secs => :lease), updated_at = now()
-    WHERE id = ANY(:run_ids) AND state = 'running' AND lease_owner = :worker
-    RETURNING id
-    """
-).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
+_EXTEND = text(QUERIES["extend"]).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
 
 
 def extend_leases(conn: Connection | Engine, worker_id: str, run_ids: list[int], lease: timedelta) -> set[int]:
@@ -83,19 +73,7 @@ def complete(conn: Connection | Engine, run_id: int, worker_id: str) -> bool:
     return run_id in complete_and_claim(conn, worker_id, [run_id], 0, timedelta(0))[0]
 
 
-_FAIL = text(
-    """
-    UPDATE job_queue q
-    SET state = CASE WHEN q.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
-        run_at = CASE WHEN q.attempts >= j.max_attempts THEN q.run_at
-                 ELSE now() + make_interval(secs => least(:backoff * power(2, q.attempts - 1), :cap)) END,
-        finished_at = CASE WHEN q.attempts >= j.max_attempts THEN now() END,
-        lease_owner = NULL, lease_expires_at = NULL, last_error = :error, updated_at = now()
-    FROM job j
-    WHERE q.id = :run_id AND j.id = q.job_id AND q.state = 'running' AND q.lease_owner = :worker
-    RETURNING q.state
-    """
-)
+_FAIL = text(QUERIES["fail"])
 
 
 def clean_error(error: str) -> str:
@@ -121,15 +99,7 @@ def fail(
                                  "backoff": backoff.total_seconds(), "cap": cap.total_seconds()}).scalar()
 
 
-_RELEASE = text(
-    """
-    UPDATE job_queue
-    SET state = 'queued', attempts = attempts - 1, lease_owner = NULL, lease_expires_at = NULL,
-        updated_at = now()
-    WHERE id = ANY(:run_ids) AND state = 'running' AND lease_owner = :worker
-    RETURNING id
-    """
-).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
+_RELEASE = text(QUERIES["release"]).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
 
 
 def release(conn: Connection | Engine, worker_id: str, run_ids: list[int]) -> int:
@@ -140,14 +110,7 @@ def release(conn: Connection | Engine, worker_id: str, run_ids: list[int]) -> in
         return len(c.execute(_RELEASE, {"run_ids": run_ids, "worker": worker_id}).all())
 
 
-_INTERRUPT = text(
-    """
-    UPDATE job_queue
-    SET lease_expires_at = now() + make_interval(secs => :expires_in), last_error = :error, updated_at = now()
-    WHERE id = :run_id AND state = 'running' AND lease_owner = :worker
-    RETURNING id
-    """
-)
+_INTERRUPT = text(QUERIES["interrupt"])
 
 
 def interrupt(conn: Connection | Engine, run_id: int, worker_id: str, error: str, expires_in: timedelta) -> bool:
@@ -159,21 +122,7 @@ def interrupt(conn: Connection | Engine, run_id: int, worker_id: str, error: str
                                       "expires_in": expires_in.total_seconds()}).scalar() is not None
 
 
-_RECLAIM = text(
-    """
-    UPDATE job_queue q
-    SET state = CASE WHEN q.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
-        run_at = now(),
-        finished_at = CASE WHEN q.attempts >= j.max_attempts THEN now() END,
-        last_error = CASE WHEN q.last_error LIKE 'interrupted: worker ' || q.lease_owner || ' %' THEN q.last_error
-                          ELSE 'lease of ' || q.lease_owner || ' expired at ' || q.lease_expires_at::text
-                               || ' during attempt ' || q.attempts END,
-        lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-    FROM job j
-    WHERE q.state = 'running' AND q.lease_expires_at < now() AND j.id = q.job_id
-    RETURNING q.state
-    """
-)
+_RECLAIM = text(QUERIES["reclaim"])
 
 
 def reclaim_expired(conn: Connection | Engine) -> dict[str, int]:
@@ -184,11 +133,7 @@ def reclaim_expired(conn: Connection | Engine) -> dict[str, int]:
     return {state: states.count(state) for state in set(states)}
 
 
-# Workers LISTEN here; migration 0010's trigger notifies it once per statement that
-# queues runs, when that statement's transaction commits.
-RUNS_QUEUED_CHANNEL = "rota_runs_queued"
-
-_NEXT_DUE = "SELECT extract(epoch FROM min(run_at) - now()) FROM job_queue WHERE state = 'queued'"
+_NEXT_DUE = QUERIES["next_due"]
 
 
 def seconds_until_next_run(conn: Connection | Engine | psycopg.Connection) -> float | None:

@@ -10,6 +10,9 @@ from datetime import datetime
 from sqlalchemy import Connection, Engine, text
 
 from rota.pipelines.queue.transaction import transaction
+from rota.resources.database.queries import queries
+
+QUERIES = queries("rota.pipelines.queue")
 
 
 @dataclass(frozen=True)
@@ -28,17 +31,8 @@ def _aware(instant: datetime, name: str) -> datetime:
     return instant
 
 
-_ENQUEUE_SCHEDULED = text(
-    """
-    INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
-    VALUES (:job_id, (SELECT workspace_id FROM job WHERE id = :job_id), :scheduled_for, :scheduled_for)
-    ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
-    RETURNING id
-    """
-)
-_FIND_SCHEDULED = text(
-    "SELECT id FROM job_queue WHERE job_id = :job_id AND scheduled_for = :scheduled_for"
-)
+_ENQUEUE_SCHEDULED = text(QUERIES["enqueue_scheduled"])
+_FIND_SCHEDULED = text(QUERIES["find_scheduled"])
 
 
 def enqueue_scheduled(conn: Connection | Engine, job_id: int, scheduled_for: datetime) -> Enqueued | AlreadyQueued:
@@ -59,24 +53,7 @@ def enqueue_scheduled(conn: Connection | Engine, job_id: int, scheduled_for: dat
         return AlreadyQueued(c.execute(_FIND_SCHEDULED, values).scalar_one())
 
 
-# Arrays go as binary parameters (%b): psycopg's text dumping of ten thousand
-# timestamps costs more than the insert, and racing producers pay it all at once.
-_ENQUEUE_SCHEDULED_MANY = """
-    WITH offered AS (
-        SELECT * FROM unnest(%b::bigint[], %b::timestamptz[]) AS o(job_id, scheduled_for)
-    )
-    INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
-    SELECT o.job_id, j.workspace_id, o.scheduled_for, o.scheduled_for
-    FROM offered o
-    -- LEFT: an unknown job must reach job_queue_job_id_fkey and fail, not vanish
-    LEFT JOIN job j ON j.id = o.job_id
-    WHERE NOT EXISTS (
-        SELECT 1 FROM job_queue q WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
-    )
-    ORDER BY o.job_id, o.scheduled_for
-    ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
-    RETURNING job_id
-"""
+_ENQUEUE_SCHEDULED_MANY = QUERIES["enqueue_scheduled_many"]
 
 
 # A racing producer waits at its first conflicting row until the winner commits, and one

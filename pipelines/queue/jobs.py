@@ -9,37 +9,12 @@ from sqlalchemy import ARRAY, BigInteger, Connection, Engine, bindparam, text
 
 from rota.pipelines.queue.cron import InvalidCron, fire_times, validate_cron
 from rota.pipelines.queue.transaction import transaction
+from rota.resources.database.queries import queries
+
+QUERIES = queries("rota.pipelines.queue")
 
 
-# Code owns a job's shape (workspace, schedule, timezone, event type); the operator owns
-# `enabled`, and `max_attempts` once raised. So an existing job is updated to code's shape,
-# never enabled or disabled, and its max_attempts only ever raised. An unchanged job is
-# found by the first CTE and not offered to the INSERT at all: the upsert would otherwise
-# consume an identity value (and lock the row) on every call.
-_REGISTER_JOB = text(
-    """
-    WITH offered AS (
-        SELECT CAST(:name AS text) AS name, CAST(:workspace_id AS uuid) AS workspace_id,
-               CAST(:schedule AS text) AS schedule, CAST(:timezone AS text) AS timezone,
-               CAST(:event_type AS text) AS event_type, CAST(:enabled AS boolean) AS enabled,
-               CAST(:max_attempts AS integer) AS max_attempts
-    ),
-    same AS (
-        SELECT j.id FROM job j JOIN offered o ON j.name = o.name
-        WHERE (j.workspace_id, j.schedule, j.timezone, j.event_type)
-              IS NOT DISTINCT FROM (o.workspace_id, o.schedule, o.timezone, o.event_type)
-    ),
-    upserted AS (
-        INSERT INTO job (name, workspace_id, schedule, timezone, event_type, enabled, max_attempts)
-        SELECT * FROM offered WHERE NOT EXISTS (SELECT 1 FROM same)
-        ON CONFLICT ON CONSTRAINT job_name_key DO UPDATE
-        SET workspace_id = EXCLUDED.workspace_id, schedule = EXCLUDED.schedule,
-            timezone = EXCLUDED.timezone, event_type = EXCLUDED.event_type
-        RETURNING id
-    )
-    SELECT id, false FROM same UNION ALL SELECT id, true FROM upserted
-    """
-)
+_REGISTER_JOB = text(QUERIES["register_job"])
 
 
 def check_text(value: str, field: str, row: str, max_length: int | None = None) -> None:
@@ -90,25 +65,9 @@ def register_job(
         return job_id
 
 
-_QUEUED_FIRE_TIMES = text(
-    """
-    SELECT q.id, q.scheduled_for, j.schedule, j.timezone
-    FROM job_queue q JOIN job j ON j.id = q.job_id
-    WHERE q.state = 'queued' AND q.attempts = 0 AND q.scheduled_for IS NOT NULL
-      AND (CAST(:job_ids AS bigint[]) IS NULL OR q.job_id = ANY(:job_ids))
-    """
-).bindparams(bindparam("job_ids", type_=ARRAY(BigInteger)))
+_QUEUED_FIRE_TIMES = text(QUERIES["queued_fire_times"]).bindparams(bindparam("job_ids", type_=ARRAY(BigInteger)))
 
-_CANCEL_UNSCHEDULED = text(
-    """
-    UPDATE job_queue
-    SET state = 'cancelled', finished_at = now(), updated_at = now(),
-        last_error = 'cancelled: the schedule of its job no longer fires at '
-                     || to_char(scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
-    WHERE id = ANY(:run_ids) AND state = 'queued' AND attempts = 0
-    RETURNING id
-    """
-).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
+_CANCEL_UNSCHEDULED = text(QUERIES["cancel_unscheduled"]).bindparams(bindparam("run_ids", type_=ARRAY(BigInteger)))
 
 
 def _still_fires(schedule: str | None, zone: str, at: datetime) -> bool:

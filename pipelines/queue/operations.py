@@ -13,55 +13,18 @@ from datetime import timedelta
 from sqlalchemy import ARRAY, BigInteger, Connection, Engine, bindparam, text
 
 from rota.pipelines.queue.transaction import transaction
+from rota.resources.database.queries import queries
+
+QUERIES = queries("rota.pipelines.queue")
 
 # The claim latency is measured over runs that fell due this recently.
 LATENCY_WINDOW = timedelta(hours=1)
 FAILED_WINDOW = timedelta(days=1)
 SHOWN_FAILURES = 20
 
-_STATE = text(
-    """
-    WITH recent AS (
-        SELECT job_id, state, run_at, started_at, finished_at FROM job_queue WHERE state = 'queued'
-        UNION ALL
-        SELECT job_id, state, run_at, started_at, finished_at FROM job_queue WHERE state = 'running'
-        UNION ALL
-        SELECT job_id, state, run_at, started_at, finished_at FROM job_queue
-        WHERE state = 'failed' AND finished_at > now() - :failed_window
-        UNION ALL
-        SELECT job_id, state, run_at, started_at, finished_at FROM job_queue
-        WHERE state = 'succeeded' AND run_at > now() - :latency_window
-    )
-    SELECT j.name,
-           count(r.*) FILTER (WHERE r.state = 'queued') AS queued,
-           count(r.*) FILTER (WHERE r.state = 'queued' AND r.run_at <= now()) AS due,
-           count(r.*) FILTER (WHERE r.state = 'running') AS running,
-           count(r.*) FILTER (WHERE r.state = 'failed') AS failed_last_day,
-           count(r.*) FILTER (WHERE r.state = 'failed' AND r.finished_at > now() - :latency_window)
-               AS failed_last_hour,
-           coalesce(extract(epoch FROM now() - min(r.run_at) FILTER (WHERE r.state = 'queued'
-                                                                      AND r.run_at <= now())), 0)
-               AS oldest_waiting_seconds,
-           percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM r.started_at - r.run_at))
-               FILTER (WHERE r.started_at IS NOT NULL AND r.run_at > now() - :latency_window
-                       AND r.started_at >= r.run_at)
-               AS claim_latency_p95_seconds
-    FROM job j
-    LEFT JOIN recent r ON r.job_id = j.id
-    GROUP BY j.name
-    ORDER BY j.name
-    """
-).bindparams(failed_window=FAILED_WINDOW, latency_window=LATENCY_WINDOW)
+_STATE = text(QUERIES["state"]).bindparams(failed_window=FAILED_WINDOW, latency_window=LATENCY_WINDOW)
 
-_FAILURES = text(
-    """
-    SELECT q.id, j.name, q.attempts, q.finished_at, q.last_error
-    FROM job_queue q JOIN job j ON j.id = q.job_id
-    WHERE q.state = 'failed' AND q.finished_at > now() - :failed_window
-    ORDER BY q.finished_at DESC, q.id DESC
-    LIMIT :shown
-    """
-).bindparams(failed_window=FAILED_WINDOW, shown=SHOWN_FAILURES)
+_FAILURES = text(QUERIES["failures"]).bindparams(failed_window=FAILED_WINDOW, shown=SHOWN_FAILURES)
 
 
 @dataclass(frozen=True)
@@ -111,30 +74,12 @@ class NotActionable(ValueError):
     """Runs an action cannot apply to: none of the action's runs was changed."""
 
 
-_LOCK = text("SELECT id, state FROM job_queue WHERE id = ANY(:ids) ORDER BY id FOR UPDATE").bindparams(
+_LOCK = text(QUERIES["lock"]).bindparams(
     bindparam("ids", type_=ARRAY(BigInteger)))
 
-# Retrying gives the run a fresh budget of its job's max_attempts; its last error stays
-# until the next attempt writes its own.
-_RETRY = text(
-    """
-    UPDATE job_queue
-    SET state = 'queued', run_at = now(), attempts = 0, finished_at = NULL,
-        operator_action = 'retried', operator_action_at = now(), operator_run_id = :by, updated_at = now()
-    WHERE id = ANY(:ids) AND state = 'failed'
-    RETURNING id
-    """
-).bindparams(bindparam("ids", type_=ARRAY(BigInteger)))
+_RETRY = text(QUERIES["retry"]).bindparams(bindparam("ids", type_=ARRAY(BigInteger)))
 
-_CANCEL = text(
-    """
-    UPDATE job_queue
-    SET state = 'cancelled', finished_at = now(), last_error = 'cancelled by an operator (Dagster run ' || :by || ')',
-        operator_action = 'cancelled', operator_action_at = now(), operator_run_id = :by, updated_at = now()
-    WHERE id = ANY(:ids) AND state = 'queued'
-    RETURNING id
-    """
-).bindparams(bindparam("ids", type_=ARRAY(BigInteger)))
+_CANCEL = text(QUERIES["cancel"]).bindparams(bindparam("ids", type_=ARRAY(BigInteger)))
 
 
 @dataclass(frozen=True)

@@ -9,38 +9,18 @@ from sqlalchemy.dialects.postgresql import JSONB
 from rota.pipelines.queue.jobs import check_payload, check_text
 from rota.pipelines.queue.transaction import transaction
 from rota.resources.database.schema import MAX_REF_LENGTH
+from rota.resources.database.queries import queries
+
+QUERIES = queries("rota.pipelines.queue")
 
 
-# Offered rows that would change nothing (same payload, or a run that is no longer
-# queued) are filtered out before the INSERT: ON CONFLICT DO UPDATE would otherwise lock
-# the existing row and consume an identity value even when its WHERE refuses the update.
-_PRODUCE_MANY = text(
-    """
-    WITH offered AS (
-        SELECT * FROM unnest(:refs, :job_ids, :payloads) AS o(source_ref, job_id, payload)
-    )
-    INSERT INTO job_queue (job_id, workspace_id, source, source_ref, payload, run_at)
-    SELECT o.job_id, (SELECT workspace_id FROM job WHERE id = o.job_id), :source, o.source_ref,
-           o.payload, now()
-    FROM offered o
-    WHERE NOT EXISTS (
-        SELECT 1 FROM job_queue q
-        WHERE q.source = :source AND q.source_ref = o.source_ref
-          AND (q.state <> 'queued' OR q.payload = o.payload)
-    )
-    ORDER BY o.source_ref
-    ON CONFLICT ON CONSTRAINT job_queue_source_identity DO UPDATE
-    SET payload = EXCLUDED.payload, updated_at = now()
-    WHERE job_queue.state = 'queued' AND job_queue.payload IS DISTINCT FROM EXCLUDED.payload
-    RETURNING source_ref, xmax = 0 AS created
-    """
-).bindparams(
+_PRODUCE_MANY = text(QUERIES["produce_many"]).bindparams(
     bindparam("refs", type_=ARRAY(Text)),
     bindparam("job_ids", type_=ARRAY(BigInteger)),
     bindparam("payloads", type_=ARRAY(JSONB)),
 )
 
-_JOB_IDS = text("SELECT name, id FROM job WHERE name = ANY(:names)").bindparams(
+_JOB_IDS = text(QUERIES["job_ids"]).bindparams(
     bindparam("names", type_=ARRAY(Text))
 )
 

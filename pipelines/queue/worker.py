@@ -35,7 +35,6 @@ from sqlalchemy.exc import OperationalError
 
 from rota.pipelines.queue.claims import (
     ClaimedRun,
-    RUNS_QUEUED_CHANNEL,
     complete_and_claim,
     extend_leases,
     fail,
@@ -45,7 +44,10 @@ from rota.pipelines.queue.claims import (
     seconds_until_next_run,
 )
 from rota.pipelines.queue.handlers import HANDLERS
+from rota.resources.database.queries import queries
 from rota.resources.database.server import libpq_url
+
+QUERIES = queries("rota.pipelines.queue")
 
 # A lost database surfaces through SQLAlchemy, or through a raw psycopg cursor.
 DATABASE_GONE = (OperationalError, DriverOperationalError)
@@ -242,7 +244,7 @@ class Worker:
             url = libpq_url(self.engine.url.render_as_string(hide_password=False))
             with psycopg.connect(url, prepare_threshold=None, connect_timeout=max(1, round(within))) as conn:
                 with conn.transaction():
-                    conn.execute(f"SET LOCAL statement_timeout = {round(within * 1000)}")
+                    conn.execute(QUERIES["limit_statement_time"], {"milliseconds": str(round(within * 1000))})
                     recorded, _ = complete_and_claim(conn, self.id, [run.id for run in finished], 0,
                                                      self.settings.lease)
             self._log_unrecorded(finished, recorded)
@@ -309,7 +311,7 @@ class Worker:
             self._listening = False
             if self.settings.listen:
                 try:
-                    self._own.execute(f"LISTEN {RUNS_QUEUED_CHANNEL}")
+                    self._own.execute(QUERIES["listen_for_queued_runs"])
                     self._listening = True
                 except DATABASE_GONE:
                     raise

@@ -30,6 +30,9 @@ from rota.pipelines.queue.handlers import handler
 from rota.pipelines.queue.jobs import register_job
 from rota.pipelines.queue.produce import Produced, produce_many
 from rota.pipelines.sources import Source
+from rota.resources.database.queries import queries
+
+QUERIES = queries("rota.pipelines.sources")
 
 log = logging.getLogger(__name__)
 
@@ -210,14 +213,8 @@ def issue_payload(repository: str, issue: dict) -> dict:
             "url": issue.get("html_url") or ""}
 
 
-_CURSORS = text("SELECT scope, cursor FROM source_cursor WHERE source = :source")
-_SAVE_CURSOR = text(
-    """
-    INSERT INTO source_cursor (source, scope, cursor) VALUES (:source, :scope, :cursor)
-    ON CONFLICT ON CONSTRAINT source_cursor_pkey DO UPDATE SET cursor = EXCLUDED.cursor, updated_at = now()
-    WHERE source_cursor.cursor IS DISTINCT FROM EXCLUDED.cursor
-    """
-).bindparams(bindparam("cursor", type_=JSONB))
+_CURSORS = text(QUERIES["cursors"])
+_SAVE_CURSOR = text(QUERIES["save_cursor"]).bindparams(bindparam("cursor", type_=JSONB))
 
 
 def repository_cursors(engine: Engine) -> dict[str, RepoCursor]:

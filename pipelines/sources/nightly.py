@@ -13,6 +13,9 @@ from rota.pipelines.queue.claims import ClaimedRun, reclaim_expired
 from rota.pipelines.queue.handlers import handler
 from rota.pipelines.sources import Source
 from rota.resources.maintenance import MaintenanceSettings, maintenance_settings_from_env
+from rota.resources.database.queries import queries
+
+QUERIES = queries("rota.pipelines.sources")
 
 log = logging.getLogger(__name__)
 
@@ -24,27 +27,9 @@ def nightly_ref(day: date) -> str:
 NIGHTLY = Source(name="nightly", job_name="nightly-maintenance", ref_convention="nightly/YYYY-MM-DD",
                  ref=nightly_ref)
 COMPACT_BATCH = 10_000
-TENANT_AND_QUEUE_TABLES = ("duty", "task", "job", "event", "job_queue")
 
 
-# A finished run past the retention keeps its row, and with it its identity (schedule,
-# event or source ref): only the payload and the error text go. Deleting the row would let
-# a backfill or a replayed cursor produce the same run again.
-_COMPACT = text(
-    """
-    WITH done AS (
-        SELECT id FROM job_queue
-        WHERE state IN ('succeeded', 'failed', 'cancelled')
-          AND finished_at < now() - make_interval(days => :days)
-          AND (payload <> '{}'::jsonb OR last_error IS NOT NULL)
-        ORDER BY id
-        LIMIT :batch
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE job_queue q SET payload = '{}'::jsonb, last_error = NULL
-    FROM done WHERE q.id = done.id
-    """
-)
+_COMPACT = text(QUERIES["compact"])
 
 
 def compact_finished_runs(engine: Engine, settings: MaintenanceSettings) -> int:
@@ -65,7 +50,6 @@ def run_maintenance(run: ClaimedRun, engine: Engine) -> None:
     reclaimed = reclaim_expired(engine)
     compacted = compact_finished_runs(engine, settings)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        for table in TENANT_AND_QUEUE_TABLES:
-            conn.execute(text(f"ANALYZE {table}"))
-    log.info("nightly maintenance %s: reclaimed %s, compacted %d finished runs older than %d days, analyzed %s",
-             run.source_ref, reclaimed, compacted, settings.retention_days, ", ".join(TENANT_AND_QUEUE_TABLES))
+        conn.execute(text(QUERIES["analyze"]))
+    log.info("nightly maintenance %s: reclaimed %s, compacted %d finished runs older than %d days, analyzed the "
+             "tenant and queue tables", run.source_ref, reclaimed, compacted, settings.retention_days)

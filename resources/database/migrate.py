@@ -10,9 +10,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
+from rota.resources.database.queries import queries
 from rota.resources.database.schema import metadata
 from rota.resources.database.server import Refused, driver_url
 
+QUERIES = queries("rota.resources.database")
 # sql/ in the repository, shipped in the package as rota_sql.
 SCRIPT_LOCATION = Path(str(files("rota_sql")))
 
@@ -30,8 +32,7 @@ TENANT_ROLE = "rota_app"
 def require_pipeline_role(connection: Connection, where: str) -> None:
     """Refuse a role that row-level security binds. Such a role sees no tenant's rows: a
     dispatch would create nothing and every check would pass, a clean run that did nothing."""
-    role, bypasses = connection.execute(text(
-        "SELECT rolname, rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = current_user")).one()
+    role, bypasses = connection.execute(text(QUERIES["session_role"])).one()
     if role == TENANT_ROLE:
         raise Refused(f"{where} connects as {role}, the tenants' role: rota's own processes need the role that "
                       f"owns rota's schema (rota_owner in docs/deploy.md)")
@@ -43,9 +44,8 @@ def require_pipeline_role(connection: Connection, where: str) -> None:
 def _require_tenant_role(connection: Connection) -> None:
     """The migrations grant the tenants' role its rights; they make it only where the
     migrator may (CREATEROLE), as a DBA's role is the usual case."""
-    role, exists, may_create = connection.execute(text(
-        "SELECT current_user, EXISTS (SELECT FROM pg_roles WHERE rolname = :tenant), rolcreaterole OR rolsuper "
-        "FROM pg_roles WHERE rolname = current_user"), {"tenant": TENANT_ROLE}).one()
+    role, exists, may_create = connection.execute(text(QUERIES["tenant_role_makeable"]),
+                                                  {"tenant": TENANT_ROLE}).one()
     if not exists and not may_create:
         raise Refused(f"the role {TENANT_ROLE} does not exist and {role} may not create it (no CREATEROLE): have a "
                       f"DBA run CREATE ROLE {TENANT_ROLE} LOGIN PASSWORD '…', then rota migrate again")
@@ -82,8 +82,8 @@ def head() -> str:
 def require_head(connection: Connection, where: str) -> None:
     """Refuse to work on a schema behind (or ahead of) the migrations this rota ships: a
     process started before `rota migrate` would otherwise write through the old rules."""
-    migrated = connection.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL")).scalar_one()
-    current = connection.execute(text("SELECT version_num FROM alembic_version")).scalar() if migrated else None
+    migrated = connection.execute(text(QUERIES["migrated"])).scalar_one()
+    current = connection.execute(text(QUERIES["migration"])).scalar() if migrated else None
     expected = head()
     if current == expected:
         return

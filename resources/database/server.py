@@ -14,6 +14,9 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 from sqlalchemy.engine import URL, make_url
+from rota.resources.database.queries import queries
+
+QUERIES = queries("rota.resources.database")
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The checkout's own state: the test suite's server, screenshots, benchmark databases.
@@ -129,10 +132,9 @@ def ensure_database(url: str) -> bool:
     except psycopg.OperationalError:
         raise refusal from None
     with maintenance:
-        if maintenance.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+        if maintenance.execute(QUERIES["database_exists"], (name,)).fetchone():
             raise refusal
-        role, may_create = maintenance.execute(
-            "SELECT current_user, rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+        role, may_create = maintenance.execute(QUERIES["database_makeable"]).fetchone()
         if not may_create:
             raise Refused(f"the database {name} does not exist and the role {role} may not create it (no CREATEDB): "
                           f"have a DBA run CREATE DATABASE {name} OWNER {role}")

@@ -48,6 +48,7 @@ def test_the_wheel_carries_the_migrations_and_the_schema(installed):
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"rota", "rota_sql"}, tops
     assert "rota/pipelines/definitions.py" in names and "rota/resources/postgres.py" in names
+    assert "rota/pipelines/dispatch/queries.sql" in names and "rota/resources/database/queries.sql" in names
 
 
 def test_an_installed_rota_migrates_and_loads_from_an_empty_directory(installed, database_url, tmp_path):
