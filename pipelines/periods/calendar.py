@@ -45,9 +45,25 @@ def _key(frequency: str, start: pendulum.Date) -> str:
     return f"{start.year:04d}"
 
 
-_UNIT = {"daily": "day", "weekly": "week", "monthly": "month", "quarterly": "quarter", "yearly": "year"}
-_STEP = {"daily": {"days": 1}, "weekly": {"weeks": 1}, "monthly": {"months": 1},
-         "quarterly": {"months": 3}, "yearly": {"years": 1}}
+@dataclass(frozen=True)
+class Calendar:
+    """One frequency's period arithmetic, for Python and for SQL alike: the one place a
+    period rule is written (the queries take unit, interval and key_format as parameters)."""
+
+    unit: str  # the unit a period starts on: pendulum's, and date_trunc's
+    step: dict[str, int]  # one period, as pendulum's add() takes it
+    interval: str  # one period, as a PostgreSQL interval
+    key_format: str  # the period key, as to_char formats the period's start (as _key makes it)
+    key_pattern: str  # every key, and nothing else (the task partitions' function matches the same)
+
+
+CALENDARS = {
+    "daily": Calendar("day", {"days": 1}, "1 day", "YYYY-MM-DD", r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"),
+    "weekly": Calendar("week", {"weeks": 1}, "1 week", 'IYYY-"W"IW', r"\d{4}-W(0[1-9]|[1-4]\d|5[0-3])"),
+    "monthly": Calendar("month", {"months": 1}, "1 month", "YYYY-MM", r"\d{4}-(0[1-9]|1[0-2])"),
+    "quarterly": Calendar("quarter", {"months": 3}, "3 months", 'YYYY-"Q"Q', r"\d{4}-Q[1-4]"),
+    "yearly": Calendar("year", {"years": 1}, "1 year", "YYYY", r"\d{4}"),
+}
 
 
 def _check(frequency: str) -> None:
@@ -56,7 +72,7 @@ def _check(frequency: str) -> None:
 
 
 def _period(frequency: str, start: pendulum.Date) -> Period:
-    end = start.add(**_STEP[frequency]).subtract(days=1)
+    end = start.add(**CALENDARS[frequency].step).subtract(days=1)
     return Period(date(start.year, start.month, start.day), date(end.year, end.month, end.day),
                   frequency, _key(frequency, start))
 
@@ -65,7 +81,7 @@ def _period(frequency: str, start: pendulum.Date) -> Period:
 def period_containing(frequency: str, day: date) -> Period:
     _check(frequency)
     local = pendulum.date(day.year, day.month, day.day)
-    unit = _UNIT[frequency]
+    unit = CALENDARS[frequency].unit
     start = local if unit == "day" else local.start_of("week") if unit == "week" else local.first_of(unit)
     return _period(frequency, start)
 
@@ -153,14 +169,7 @@ def parse_instant(value: str, name: str = "as_of") -> datetime:
     return instant
 
 
-# A frequency's period arithmetic in SQL: date_trunc's unit, one period as an interval, and
-# to_char's format of the period key (as _key makes it).
-_UNITS = {"daily": ("day", "1 day", "YYYY-MM-DD"), "weekly": ("week", "1 week", 'IYYY-"W"IW'),
-          "monthly": ("month", "1 month", "YYYY-MM"), "quarterly": ("quarter", "3 months", 'YYYY-"Q"Q'),
-          "yearly": ("year", "1 year", "YYYY")}
-
-
 def calendar_units(frequency: str) -> dict[str, str]:
     """The `unit`, `step` and `key_format` parameters of a frequency's period arithmetic in SQL."""
-    unit, step, key_format = _UNITS[frequency]
-    return {"unit": unit, "step": step, "key_format": key_format}
+    calendar = CALENDARS[frequency]
+    return {"unit": calendar.unit, "step": calendar.interval, "key_format": calendar.key_format}
