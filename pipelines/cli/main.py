@@ -64,7 +64,8 @@ def worker(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     from rota.pipelines.queue.handlers import BUILTIN_HANDLER_MODULES, load_handler_modules
-    from rota.pipelines.queue.worker import Worker, WorkerSettings
+    from rota.pipelines.queue.worker import Worker
+    from rota.pipelines.queue.worker_settings import WorkerSettings
 
     if not os.environ.get("ROTA_DATABASE_URL"):
         say("rota worker needs a database: set ROTA_DATABASE_URL (rota dev starts its own workers "

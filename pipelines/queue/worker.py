@@ -18,14 +18,10 @@ period, hands back a run it claimed but never started, and exits 0."""
 
 import logging
 import os
-import socket
 import threading
 import time
 import traceback
-import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Callable
 
 import psycopg
@@ -44,6 +40,7 @@ from rota.pipelines.queue.claims import (
     seconds_until_next_run,
 )
 from rota.pipelines.queue.handlers import HANDLERS
+from rota.pipelines.queue.worker_settings import WorkerSettings, default_worker_id
 from rota.resources.database.queries import queries
 from rota.resources.database.server import libpq_url
 
@@ -68,28 +65,6 @@ LOST_RACE_DELAY = 0.002
 # The exit status of a worker that stopped its handler because it could no longer prove
 # it held the run's lease (EX_TEMPFAIL: run it again).
 LEASE_LOST_EXIT = 75
-
-
-@dataclass
-class WorkerSettings:
-    lease: timedelta = timedelta(seconds=30)
-    poll_interval: float = 0.5
-    grace: timedelta = timedelta(seconds=20)
-    backoff: timedelta = timedelta(seconds=5)
-    backoff_cap: timedelta = timedelta(hours=1)
-    reclaim_interval: float = 5.0
-    # Past the grace period, the run in hand is reclaimable this long after the worker left.
-    interrupted_lease: timedelta = timedelta(seconds=3)
-    # Wake on the NOTIFY of newly queued runs instead of only polling: a run queued for
-    # now starts in milliseconds, not up to poll_interval later. Polling stays, so a lost
-    # notification (a PgBouncer in transaction mode delivers none) costs latency only.
-    listen: bool = True
-    # Handlers executing at once, each on a thread of its own with a run of its own.
-    concurrency: int = 1
-
-
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 def _exit_now() -> None:

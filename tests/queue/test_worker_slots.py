@@ -13,7 +13,8 @@ from sqlalchemy import create_engine, text
 
 from rota.pipelines.queue.enqueue import enqueue_scheduled_many
 from rota.pipelines.queue.jobs import register_job
-from rota.pipelines.queue.worker import Worker, WorkerSettings
+from rota.pipelines.queue.worker import Worker
+from rota.pipelines.queue.worker_settings import WorkerSettings
 from rota.resources.database.server import driver_url
 import tests.worker_handlers  # noqa: F401 - registers "sleep" for the in-process worker
 from tests.queue.test_queue import T0, runs, start_worker, stop, wait_for

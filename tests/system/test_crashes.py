@@ -25,7 +25,8 @@ from rota.pipelines.dispatch.run import DatabaseWentAway, dispatch
 from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
 from rota.pipelines.queue.jobs import register_job
 from rota.pipelines.queue.produce import produce
-from rota.pipelines.queue.worker import Worker, WorkerSettings
+from rota.pipelines.queue.worker import Worker
+from rota.pipelines.queue.worker_settings import WorkerSettings
 from rota.resources.database import migrate as migrations
 from rota.resources.database.server import (
     ROTA_HOME_DEFAULT,

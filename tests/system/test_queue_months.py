@@ -15,7 +15,8 @@ from rota.pipelines.queue.enqueue import AlreadyQueued, enqueue_scheduled, enque
 from rota.pipelines.queue.events import dispatch_pending_events
 from rota.pipelines.queue.jobs import register_job
 from rota.pipelines.queue.produce import produce
-from rota.pipelines.queue.worker import Worker, WorkerSettings
+from rota.pipelines.queue.worker import Worker
+from rota.pipelines.queue.worker_settings import WorkerSettings
 from rota.pipelines.sources.nightly import compact_finished_runs, nightly_ref
 from rota.resources.database.server import driver_url
 from rota.resources.maintenance import MaintenanceSettings

@@ -22,7 +22,7 @@ BELOW = {
     "definitions": {"resources", *DOMAINS, "schedules"},
     "cli": {"resources", *DOMAINS, "schedules", "definitions"},
 }
-MAX_LINES = 420
+MAX_LINES = 400
 
 
 def room(module: str) -> str | None:

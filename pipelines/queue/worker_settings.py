@@ -1,0 +1,29 @@
+"""A worker's settings and its default identity, as `rota worker` and the tests make them."""
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+
+@dataclass
+class WorkerSettings:
+    lease: timedelta = timedelta(seconds=30)
+    poll_interval: float = 0.5
+    grace: timedelta = timedelta(seconds=20)
+    backoff: timedelta = timedelta(seconds=5)
+    backoff_cap: timedelta = timedelta(hours=1)
+    reclaim_interval: float = 5.0
+    # Past the grace period, the run in hand is reclaimable this long after the worker left.
+    interrupted_lease: timedelta = timedelta(seconds=3)
+    # Wake on the NOTIFY of newly queued runs instead of only polling: a run queued for
+    # now starts in milliseconds, not up to poll_interval later. Polling stays, so a lost
+    # notification (a PgBouncer in transaction mode delivers none) costs latency only.
+    listen: bool = True
+    # Handlers executing at once, each on a thread of its own with a run of its own.
+    concurrency: int = 1
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
