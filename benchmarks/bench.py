@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
@@ -21,7 +22,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import Engine, create_engine, text
 
-from benchmarks.data import load_duties, reset_dispatch
+from benchmarks.data import load_duties, reset_dispatch, workspace_of
 from benchmarks.queue_baselines import CONCURRENCY
 from rota.pipelines.dispatch.planner import Mode, plan
 from rota.pipelines.dispatch.reading import read_pages
@@ -590,9 +591,97 @@ def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
     return [Case("dagster_overhead", dagster, direct, ratio, "<= 1.2", ratio <= 1.2)]
 
 
+TENANT_HOLD_SECONDS = 60
+
+
+def case_tenant_lock(server_url: str, duties: int, repeat: int) -> list[Case]:
+    """A daily scheduled run through Dagster over `duties` duties of 50 workspaces, while one
+    tenant (role rota_app, its workspace set in its transaction as README says) holds an
+    uncommitted UPDATE of one duty's title (or a SELECT … FOR UPDATE of it) for up to
+    TENANT_HOLD_SECONDS, against the same run with no tenant at all. Then the first run after
+    the tenant lets go must leave the duty complete, its marks moved."""
+    from dagster import DagsterInstance, materialize
+    from dagster._core.storage.tags import (
+        ASSET_PARTITION_RANGE_END_TAG,
+        ASSET_PARTITION_RANGE_START_TAG,
+        SCHEDULE_NAME_TAG,
+    )
+
+    from rota.pipelines.definitions import defs
+
+    url = fresh_database(server_url, "rota_bench_tenants")
+    engine = create_engine(driver_url(url))
+    load_duties(engine, duties, frequencies=[("daily", 1)], workspaces=50)
+    locked = duties // 2
+    first, last = open_range("daily", AS_OF, 30)
+    outer = os.environ.get("ROTA_DATABASE_URL")
+    os.environ["ROTA_DATABASE_URL"] = url
+
+    def scheduled_run() -> None:
+        result = materialize(
+            [defs.resolve_assets_def("daily_tasks")], instance=DagsterInstance.ephemeral(),
+            tags={ASSET_PARTITION_RANGE_START_TAG: first.partition_key,
+                  ASSET_PARTITION_RANGE_END_TAG: last.partition_key, SCHEDULE_NAME_TAG: "daily_tasks_schedule"},
+            run_config={"ops": {"daily_tasks": {"config": {"as_of": AS_OF.isoformat()}}}},
+        )
+        if not result.success:
+            raise RuntimeError("daily_tasks failed")
+
+    def held_run(statement: str) -> tuple[float, int, bool]:
+        """The run's time while the tenant holds on (it lets go after TENANT_HOLD_SECONDS
+        whatever happens), the duties with a task by the run's end, and whether the tenant
+        still held on then."""
+        with psycopg.connect(libpq_url(url), autocommit=False) as tenant:
+            tenant.execute("SET ROLE rota_app")
+            tenant.execute("SELECT set_config('rota.workspace_id', %s, true)", (workspace_of(locked, 50),))
+            tenant.execute(statement, (locked,))
+            letting_go = threading.Timer(TENANT_HOLD_SECONDS, tenant.rollback)
+            letting_go.start()
+            started = time.perf_counter()
+            scheduled_run()
+            elapsed = time.perf_counter() - started
+            with engine.connect() as conn:
+                with_task = conn.execute(text("SELECT count(DISTINCT duty_id) FROM task")).scalar_one()
+            holding = letting_go.is_alive()
+            letting_go.cancel()
+            tenant.rollback()
+        return elapsed, with_task, holding
+
+    try:
+        free = median_time(scheduled_run, repeat, lambda: reset_dispatch(engine))
+        cases = []
+        for name, statement, expected in (
+                ("tenant_update_held", "UPDATE duty SET title = 'renamed, not committed' WHERE id = %s", duties),
+                ("tenant_for_update", "SELECT 1 FROM duty WHERE id = %s FOR UPDATE", duties - 1)):
+            runs = []
+            for _ in range(repeat):
+                reset_dispatch(engine)
+                runs.append(held_run(statement))
+            elapsed = statistics.median(t for t, _, _ in runs)
+            complete = all(n == expected and holding for _, n, holding in runs)
+            scheduled_run()  # the first run after the tenant let go
+            with engine.connect() as conn:
+                done = conn.execute(text(
+                    "SELECT d.last_dispatched_period IS NOT NULL AND EXISTS (SELECT 1 FROM task t WHERE t.duty_id = d.id) "
+                    "FROM duty d WHERE d.id = :id"), {"id": locked}).scalar_one()
+            ratio = elapsed / free
+            cases.append(Case(name, elapsed, free, ratio, "<= 1.2", ratio <= 1.2 and complete and done,
+                              note=f"{duties:,} duties of 50 workspaces through Dagster; during the hold "
+                                   f"{min(n for _, n, _ in runs):,} of {duties:,} duties had their task "
+                                   f"(expected {expected:,}); after it, duty {locked} "
+                                   + ("complete, marks moved" if done else "STILL INCOMPLETE")))
+    finally:
+        if outer is None:
+            os.environ.pop("ROTA_DATABASE_URL", None)
+        else:
+            os.environ["ROTA_DATABASE_URL"] = outer
+        engine.dispose()
+    return cases
+
+
 def main(duties: int = 1_000_000, backfill_duties: int = 100_000, queue_runs: int = 100_000,
          repeat: int = 3, planner_sample: int = 100_000, only: list[str] | None = None,
-         history_days: int = 365, year_duties: int = 100_000) -> int:
+         history_days: int = 365, year_duties: int = 100_000, tenant_duties: int = 100_000) -> int:
     server = resolve_database_url()
     print(f"benchmarks: {duties:,} duties, {backfill_duties:,} for the backfill, {queue_runs:,} queue runs, "
           f"median of {repeat}; nproc {os.cpu_count()}", flush=True)
@@ -610,6 +699,7 @@ def main(duties: int = 1_000_000, backfill_duties: int = 100_000, queue_runs: in
         ("enqueue", lambda: case_enqueue_race(url, repeat)),
         ("queue", lambda: case_queue_throughput(server, queue_runs, repeat)),
         ("dagster", lambda: case_dagster_overhead(engine, repeat)),
+        ("tenants", lambda: case_tenant_lock(server, tenant_duties, repeat)),
     ]
     for name, step in steps:
         if only and name not in only:

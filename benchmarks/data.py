@@ -19,9 +19,10 @@ MIX = [("daily", 10), ("weekly", 20), ("monthly", 40), ("quarterly", 15), ("year
 
 
 def load_duties(engine: Engine, count: int, frequencies: list[tuple[str, int]] = MIX, max_lead: int = 30,
-                zones: list[str] = BENCH_ZONES) -> None:
+                zones: list[str] = BENCH_ZONES, workspaces: int = 97) -> None:
     """`count` active recurring duties over the benchmark zones, leads 0..max_lead, owed
-    all along: the checks judge them at the benchmarks' instants, which precede the load."""
+    all along: the checks judge them at the benchmarks' instants, which precede the load.
+    Duty n belongs to workspace (n % workspaces) + 1 (workspace_of)."""
     buckets = []
     for frequency, weight in frequencies:
         buckets += [frequency] * weight
@@ -30,15 +31,19 @@ def load_duties(engine: Engine, count: int, frequencies: list[tuple[str, int]] =
         conn.execute(text(
             """
             INSERT INTO duty (workspace_id, title, kind, frequency, timezone, lead_days, state, eligible_since)
-            SELECT ('00000000-0000-0000-0000-' || lpad(((n % 97) + 1)::text, 12, '0'))::uuid,
+            SELECT ('00000000-0000-0000-0000-' || lpad(((n % CAST(:workspaces AS int)) + 1)::text, 12, '0'))::uuid,
                    'duty ' || n, 'recurring', (CAST(:buckets AS text[]))[1 + (n * 7919) % cardinality(CAST(:buckets AS text[]))],
                    (CAST(:zones AS text[]))[1 + (n * 104729) % cardinality(CAST(:zones AS text[]))],
                    (n * 31337) % (CAST(:max_lead AS int) + 1), 'active', '-infinity'
             FROM generate_series(1::bigint, :count) AS n
             """
-        ), {"buckets": buckets, "zones": zones, "max_lead": max_lead, "count": count})
+        ), {"buckets": buckets, "zones": zones, "max_lead": max_lead, "count": count, "workspaces": workspaces})
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM (ANALYZE) duty"))
+
+
+def workspace_of(duty_id: int, workspaces: int = 97) -> str:
+    return f"00000000-0000-0000-0000-{duty_id % workspaces + 1:012d}"
 
 
 def reset_dispatch(engine: Engine) -> None:

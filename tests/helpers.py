@@ -2,6 +2,7 @@
 
 import multiprocessing
 import os
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -127,6 +128,33 @@ def tenant(database_url: str, workspace_id: uuid.UUID | None) -> psycopg.Connect
     if workspace_id is not None:
         conn.execute("SELECT set_config('rota.workspace_id', %s, false)", (str(workspace_id),))
     return conn
+
+
+def run_while_held(session: psycopg.Connection, work, bound: float):
+    """Run `work` on another thread while `session` holds its open transaction; return
+    what it returned once it finishes, failing if it is still running after `bound`
+    seconds. The session's transaction is rolled back either way, so a `work` that waited
+    on it ends too."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["result"] = work()
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = error
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(bound)
+    still_running = worker.is_alive()
+    holding = session.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    session.rollback()
+    worker.join(120)
+    assert not still_running, f"the work waited on the tenant's open transaction for more than {bound} s"
+    assert holding, "the tenant's transaction ended before the work did"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 def race_processes(target, args: tuple, count: int = 8, timeout: float = 120) -> list:

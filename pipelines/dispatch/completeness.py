@@ -18,7 +18,7 @@ that run nothing.
 """
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import Engine
@@ -38,21 +38,38 @@ QUERIES = queries("rota.pipelines.dispatch")
 
 @dataclass(frozen=True)
 class Gaps:
+    """Missing (duty, period) pairs: `count` of them and the `first` few, less those of
+    duties the run found held by another transaction, which are listed in `held` (the
+    first few) and counted in `held_count`."""
+
     count: int
     first: list[tuple[int, str]]
+    held: list[tuple[int, str]] = field(default_factory=list)
+    held_count: int = 0
 
     def describe(self) -> str:
-        shown = ", ".join(f"duty {duty_id} has no task for {key}" for duty_id, key in self.first)
-        more = f" and {self.count - len(self.first)} more" if self.count > len(self.first) else ""
-        return f"{self.count} missing: {shown}{more}"
+        parts = []
+        if self.count:
+            parts.append(f"{self.count} missing: {_listed(self.first, self.count)}")
+        if self.held_count:
+            parts.append(f"{self.held_count} waiting on another transaction's lock: {_listed(self.held, self.held_count)} "
+                         f"(the duty row is locked by another transaction, as by SELECT … FOR UPDATE or an uncommitted "
+                         f"DELETE; the first run after it ends makes the task)")
+        return "; ".join(parts) or "nothing missing"
+
+
+def _listed(pairs: list[tuple[int, str]], count: int) -> str:
+    shown = ", ".join(f"duty {duty_id} has no task for {key}" for duty_id, key in pairs)
+    return shown + (f" and {count - len(pairs)} more" if count > len(pairs) else "")
 
 
 def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, requested: list[Period],
-              parallel: int = 1) -> Gaps:
+              parallel: int = 1, held: set[int] = frozenset()) -> Gaps:
     """The (duty, period) pairs the rules require after a run of `requested` at `as_of`
-    that have no task: how many, and the first few in (duty, period) order."""
+    that have no task: how many, and the first few in (duty, period) order; those of the
+    `held` duties (DispatchReport.held) apart."""
     params = {**local_today(as_of), **calendar_units(frequency), "frequency": frequency, "as_of": as_of,
-              "shown": SHOWN}
+              "shown": SHOWN, "held": sorted(held)}
     if mode is Mode.SCHEDULED:
         query = QUERIES["scheduled_gaps"]
         # A scheduled run is judged on each duty's current period only: the keys current
@@ -88,8 +105,10 @@ def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, re
         with ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix=f"check-{frequency}") as pool:
             parts = list(pool.map(part, ranges))
     count = sum(rows[0][2] for rows in parts if rows)
-    first = sorted((duty_id, key) for rows in parts for duty_id, key, _ in rows)[:SHOWN]
-    return Gaps(count, first)
+    held_count = sum(rows[0][3] for rows in parts if rows)
+    found = sorted((duty_id, key) for rows in parts for duty_id, key, _, _ in rows)
+    return Gaps(count - held_count, [pair for pair in found if pair[0] not in held][:SHOWN],
+                [pair for pair in found if pair[0] in held][:SHOWN], held_count)
 
 
 def stale_periods(engine: Engine, frequency: str, now: datetime) -> Gaps:

@@ -94,10 +94,16 @@ CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
 -- A backfill page sorts hundreds of thousands of offered tasks into identity order, which
 -- the default work_mem spills to disk (docs/perf.md). The page also vouches, for its own
 -- transaction only, that every task it inserts comes from a duty row its statement holds
--- (the `locked` step of insert_new and insert_racing, or advance_new's row locks), so
+-- (the `locked` step of insert_new and insert_careful, or advance_new's row locks), so
 -- task_duty_fkey_insert does not check them again.
+--
+-- lock_timeout bounds how long the page waits on a lock: a fast-path page gives up on a
+-- duty row a tenant holds (an open UPDATE, FOR UPDATE) within a moment and is written
+-- again by insert_careful, which waits on no tenant's row ('0': insert_careful waits only
+-- where it must, on a racing writer's uncommitted tasks).
 SELECT set_config('work_mem', '64MB', true),
-       set_config('rota.task_duties_held', CAST(pg_current_xact_id() AS text), true);
+       set_config('rota.task_duties_held', CAST(pg_current_xact_id() AS text), true),
+       set_config('lock_timeout', %(lock_timeout)s, true);
 
 -- name: copy_offered_periods
 COPY offered_period (period_group, period_index, period_key, period_start, due_date, visible_from,
@@ -123,7 +129,7 @@ COPY offered_duty (duty_id, period_group, first_index, last_index, version) FROM
 -- partition of task. This is the happy path, a plain INSERT, cheaper a row than one with
 -- ON CONFLICT (docs/perf.md): a racing writer is the only way its anti-join can miss a
 -- row, and then task_dispatch_identity refuses it, the page's transaction rolls back and
--- is written again by insert_racing, the same statement with ON CONFLICT.
+-- is written again by insert_careful.
 --
 -- `advanced`: last_dispatched_period moves in the same statement as the tasks that move
 -- it, and only forward: keys of one frequency sort chronologically. A scheduled run also
@@ -180,15 +186,40 @@ SELECT duty_id, NULL AS period_key, created FROM newest
 UNION ALL
 SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key;
 
--- name: insert_racing
--- insert_new, for a page a racing writer got to first: the same statement, whose insert
--- lets task_dispatch_identity skip what the racer made.
+-- name: insert_careful
+-- A page the fast path could not write: a racing writer made some of its tasks first
+-- (task_dispatch_identity refused insert_new or the COPY), or a row it needed stayed locked
+-- past the fast path's lock_timeout (page_settings). It waits on no duty row a tenant
+-- holds:
+--
+-- `locked`: the foreign key's lock, FOR KEY SHARE, which only a transaction about to
+-- delete the duty or change its key conflicts with (FOR UPDATE, DELETE, a move); SKIP
+-- LOCKED leaves such a duty out. `held` reports it, found on the statement's snapshot:
+-- its task waits for the first run after that transaction ends, since a duty being
+-- deleted must not gain one.
+--
+-- `inserted`: as insert_new, with ON CONFLICT letting task_dispatch_identity skip what the
+-- racer made. Once it has run, every offered task of a locked duty exists, inserted or
+-- found.
+--
+-- `movable`: the marks move to the newest of those tasks, inserted or found, so marks an
+-- earlier page could not move catch up here; but only for duties whose rows can be locked
+-- FOR NO KEY UPDATE now. A tenant's open UPDATE (a title, say) or FOR SHARE keeps a duty's
+-- marks where they are, and `deferred` reports it: marks only say what a later run may skip
+-- or how it writes, so an old mark costs that run work, never a task. Only a mark that
+-- changes is written.
 WITH locked AS MATERIALIZED (
     SELECT d.id, d.workspace_id, o.period_group, o.first_index, o.last_index
     FROM offered_duty o
     JOIN duty d ON d.id = o.duty_id AND d.frequency = %(frequency)s
                AND d.id BETWEEN %(first_id)s AND %(last_id)s
-    FOR KEY SHARE OF d
+    FOR KEY SHARE OF d SKIP LOCKED
+),
+held AS (
+    SELECT o.duty_id FROM offered_duty o
+    WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = o.duty_id)
+      AND EXISTS (SELECT 1 FROM duty d WHERE d.id = o.duty_id AND d.frequency = %(frequency)s
+                                         AND d.id BETWEEN %(first_id)s AND %(last_id)s)
 ),
 offered AS (
     SELECT l.id AS duty_id, p.period_key, l.workspace_id, p.period_start, p.due_date, p.visible_from
@@ -209,12 +240,30 @@ inserted AS (
     RETURNING duty_id, period_key
 ),
 newest AS (
-    SELECT i.duty_id, max(i.period_key) AS period_key, count(*) AS created,
-           min(o.version) AS version, min(p.span_from) AS span_from, min(p.span_through) AS span_through
-    FROM inserted i
-    JOIN offered_duty o ON o.duty_id = i.duty_id
-    JOIN offered_period p ON p.period_group = o.period_group AND p.period_index = o.first_index
-    GROUP BY i.duty_id
+    SELECT l.id AS duty_id, p.period_key, o.version, p.span_from, p.span_through
+    FROM locked l
+    JOIN offered_duty o ON o.duty_id = l.id
+    JOIN offered_period p ON p.period_group = l.period_group AND p.period_index = l.last_index
+),
+marks AS (
+    SELECT n.duty_id, greatest(d.last_dispatched_period, n.period_key) AS last_dispatched_period,
+           CASE WHEN n.span_from IS NULL THEN d.complete_from
+                WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_from END AS complete_from,
+           CASE WHEN n.span_from IS NULL THEN d.complete_through
+                WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_through END AS complete_through
+    FROM newest n
+    JOIN duty d ON d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
+),
+changing AS (
+    SELECT m.* FROM marks m JOIN duty d ON d.id = m.duty_id
+    WHERE (d.last_dispatched_period, d.complete_from, d.complete_through)
+          IS DISTINCT FROM (m.last_dispatched_period, m.complete_from, m.complete_through)
+),
+movable AS MATERIALIZED (
+    SELECT d.id FROM duty d
+    WHERE d.id IN (SELECT duty_id FROM changing) AND d.frequency = %(frequency)s
+      AND d.id BETWEEN %(first_id)s AND %(last_id)s
+    FOR NO KEY UPDATE OF d SKIP LOCKED
 ),
 advanced AS (
     UPDATE duty d
@@ -224,14 +273,18 @@ advanced AS (
         complete_through = CASE WHEN n.span_from IS NULL THEN d.complete_through
                                 WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_through END
     FROM newest n
-    WHERE d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
-      AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < n.period_key
-           OR n.span_from IS NOT NULL)
+    WHERE d.id = n.duty_id AND d.id IN (SELECT id FROM movable)
+      AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
     RETURNING d.id
 )
-SELECT duty_id, NULL AS period_key, created FROM newest
+SELECT i.duty_id, NULL AS period_key, count(*) AS created, NULL AS waiting FROM inserted i GROUP BY i.duty_id
 UNION ALL
-SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key;
+SELECT NULL, period_key, count(*), NULL FROM inserted GROUP BY period_key
+UNION ALL
+SELECT duty_id, NULL, 0, 'held' FROM held
+UNION ALL
+SELECT c.duty_id, NULL, 0, 'deferred' FROM changing c
+WHERE NOT EXISTS (SELECT 1 FROM advanced a WHERE a.id = c.duty_id);
 
 -- name: advance_new
 -- The bulk path, for a page whose every task lies after its duty's last_dispatched_period
@@ -242,8 +295,8 @@ SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key;
 -- page_settings). Their tasks then go in by copy_tasks, which PostgreSQL inserts a batch
 -- at a time, with the workspace this returned: a duty deleted or moved to another
 -- frequency before the UPDATE returns nothing and gets no task. A task that exists after
--- all (a racing writer's) makes task_dispatch_identity refuse the COPY, and the page is
--- written again by insert_racing. The workspace comes back as uuid_send's 16 bytes, the
+-- all (a racing writer's, or one whose duty's marks a tenant's lock kept back) makes
+-- task_dispatch_identity refuse the COPY, and the page is written again by insert_careful. The workspace comes back as uuid_send's 16 bytes, the
 -- COPY's binary field as it stands.
 UPDATE duty d
 SET last_dispatched_period = greatest(d.last_dispatched_period, n.period_key),
@@ -299,7 +352,9 @@ SELECT min(id), max(id) FROM duty WHERE frequency = %s;
 -- docs/perf.md). A LATERAL with a LIMIT is never flattened into a join, so its scan runs
 -- once per row and only an index lookup is cheap enough to be chosen. Each probe also
 -- names the run's keys as constants, which prune it to the partitions that can hold them.
-SELECT d.id, c.period_key, count(*) OVER ()
+-- The duties the run found held by another transaction (%(held)s) come first and are
+-- counted apart: their gaps are known and waiting, not lost.
+SELECT d.id, c.period_key, count(*) OVER (), count(*) FILTER (WHERE d.id = ANY(CAST(%(held)s AS bigint[]))) OVER ()
 FROM duty d
 CROSS JOIN LATERAL (
     SELECT CASE WHEN d.timezone = ANY(string_to_array(%(zones_0)s, ',')) THEN CAST(%(day_0)s AS date)
@@ -324,7 +379,7 @@ WHERE d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active
   AND (d.effective_to IS NULL OR c.due_date <= d.effective_to)
   AND c.period_key BETWEEN %(first_key)s AND %(last_key)s
   AND found.one IS NULL
-ORDER BY d.id
+ORDER BY d.id = ANY(CAST(%(held)s AS bigint[])) DESC, d.id
 LIMIT %(shown)s;
 
 -- name: backfill_gaps
@@ -332,7 +387,7 @@ LIMIT %(shown)s;
 -- at %(as_of)s: every requested period of every eligible duty, due inside the duty's
 -- window, that a scheduled run at as_of would reach (its start or its visible_from on or
 -- before the duty's today). Probed as in scheduled_gaps.
-SELECT d.id, p.period_key, count(*) OVER ()
+SELECT d.id, p.period_key, count(*) OVER (), count(*) FILTER (WHERE d.id = ANY(CAST(%(held)s AS bigint[]))) OVER ()
 FROM duty d
 CROSS JOIN LATERAL (
     SELECT CASE WHEN d.timezone = ANY(string_to_array(%(zones_0)s, ',')) THEN CAST(%(day_0)s AS date)
@@ -352,5 +407,5 @@ WHERE d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active
   AND (d.effective_to IS NULL OR p.due_date <= d.effective_to)
   AND (p.period_start <= z.today OR p.due_date - d.lead_days <= z.today)
   AND found.one IS NULL
-ORDER BY d.id, p.period_key
+ORDER BY d.id = ANY(CAST(%(held)s AS bigint[])) DESC, d.id, p.period_key
 LIMIT %(shown)s;

@@ -2,6 +2,7 @@
 next is read, and what it did counted per timezone and per period."""
 
 import gc
+from bisect import bisect_left
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ class DispatchReport:
     requested: list[Period] = field(default_factory=list)
     duties_read: int = 0
     pages: int = 0
-    # (timezone, outcome) -> count; outcomes: created, existing, skipped, outside_window
+    # (timezone, outcome) -> count; outcomes: created, existing, held, skipped, outside_window
     counts: Counter = field(default_factory=Counter)
     # (period_key, outcome) -> count, the same outcomes per requested period
     periods: Counter = field(default_factory=Counter)
@@ -45,13 +46,18 @@ class DispatchReport:
     # Pages written by the bulk path, and pages written again around tasks that existed.
     pages_copied: int = 0
     pages_written_again: int = 0
+    # Duties another transaction held against new references: their tasks wait for the
+    # first run after it ends (their periods' tasks are counted `held`). And duties whose
+    # tasks were made but whose marks another transaction's lock kept back.
+    held: set[int] = field(default_factory=set)
+    marks_deferred: set[int] = field(default_factory=set)
 
     def total(self, outcome: str) -> int:
         return sum(n for (_, o), n in self.counts.items() if o == outcome)
 
     def for_period(self, key: str) -> dict[str, int]:
         return {outcome: self.periods[(key, outcome)]
-                for outcome in ("created", "existing", "skipped", "outside_window")}
+                for outcome in ("created", "existing", "held", "skipped", "outside_window")}
 
     def by_timezone(self) -> dict[str, dict[str, int]]:
         table: dict[str, dict[str, int]] = {}
@@ -70,19 +76,36 @@ def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten
     else:
         for duty_id, n in written.created.items():
             made[page_plan.timezone_of[duty_id]] += n
+    held, held_by_period = _held(page_plan, written.held)
     for timezone, offered in page_plan.offered.items():
         report.counts[(timezone, "created")] += made[timezone]
-        report.counts[(timezone, "existing")] += offered - made[timezone]
+        report.counts[(timezone, "held")] += held[timezone]
+        report.counts[(timezone, "existing")] += offered - made[timezone] - held[timezone]
     for (key, outcome), n in page_plan.periods.items():
         if outcome == "offered":
             made = written.created_by_period.get(key, 0)
             report.periods[(key, "created")] += made
-            report.periods[(key, "existing")] += n - made
+            report.periods[(key, "held")] += held_by_period[key]
+            report.periods[(key, "existing")] += n - made - held_by_period[key]
         else:
             report.periods[(key, outcome)] += n
+    report.held.update(written.held)
+    report.marks_deferred.update(written.deferred)
     report.deadlocks_retried += written.deadlocks_retried
     report.pages_copied += written.copied
     report.pages_written_again += written.written_again
+
+
+def _held(page_plan: Plan, duty_ids: list[int]) -> tuple[Counter, Counter]:
+    """The tasks the held duties were offered, per timezone and per period."""
+    by_timezone: Counter = Counter()
+    by_period: Counter = Counter()
+    slices = page_plan.slices
+    for duty_id in duty_ids:
+        s = slices[bisect_left(slices, (duty_id,))]
+        by_timezone[page_plan.timezone_of[duty_id]] += s.last - s.first + 1
+        by_period.update(period.key for period in page_plan.groups[s.group][s.first:s.last + 1])
+    return by_timezone, by_period
 
 
 def _read_ahead(pages: Iterator[list[DutyRow]], reader: ThreadPoolExecutor) -> Iterator[list[DutyRow]]:

@@ -4,10 +4,12 @@ A page whose every task lies after its duty's last_dispatched_period (none of th
 should exist) moves its duties in one UPDATE and COPYs its tasks. Any other page is one
 set-based statement (`INSERT … SELECT … RETURNING`) over rows copied into a temporary
 table, which filters out the rows that already exist, so a run that changes nothing
-writes nothing, not even a consumed identity value. On either path, a task a racing
-writer made first makes task_dispatch_identity refuse the page, which is written again
-with `ON CONFLICT ON CONSTRAINT task_dispatch_identity DO NOTHING`. The dispatcher never
-updates or deletes a task."""
+writes nothing, not even a consumed identity value. Both are the fast path, which waits
+on a lock only briefly (page_settings' lock_timeout). A page it could not write (a task
+a racing writer made first, refused by task_dispatch_identity; a duty row a tenant's
+open transaction holds) is written again by insert_careful, which skips what a tenant
+holds instead of waiting for it and reports it. The dispatcher never updates or deletes
+a task."""
 
 import logging
 import random
@@ -35,6 +37,10 @@ _SLICE_TYPES = ["int8", "int4", "int4", "int4", "int8"]
 # A partition's share of task_dispatch_identity is named after it (migration 0009), and a
 # duplicate is reported under the partition's name.
 IDENTITY = "task_dispatch_identity"
+# How long a fast-path page waits on a lock before it is written again by insert_careful.
+# A tenant's ordinary write holds a duty row for milliseconds; one that holds it longer
+# costs the page a second write, never the run a wait.
+FAST_PATH_LOCK_WAIT = "100ms"
 
 
 def _retrying_deadlocks(work: Callable[[], T]) -> tuple[T, int]:
@@ -66,6 +72,11 @@ class PageWritten:
     deadlocks_retried: int = 0
     copied: bool = False
     written_again: bool = False
+    # Duties whose rows another transaction held against new references (FOR UPDATE, an
+    # uncommitted DELETE): given no task. And duties whose marks stayed where they were
+    # because another transaction held their rows (an open UPDATE, FOR SHARE).
+    held: list[int] = field(default_factory=list)
+    deferred: list[int] = field(default_factory=list)
 
 
 def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
@@ -79,10 +90,10 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
     if not page_plan.after_dispatched and _all_offered_exist(engine, page_plan, keys):
         return PageWritten({}, {})
 
-    def work(write: str | None) -> PageWritten:
+    def work(careful: bool) -> PageWritten:
         with engine.begin() as conn:
             cursor = conn.connection.driver_connection.cursor()
-            cursor.execute(QUERIES["page_settings"])
+            cursor.execute(QUERIES["page_settings"], {"lock_timeout": "0" if careful else FAST_PATH_LOCK_WAIT})
             cursor.execute(QUERIES["ensure_partitions"], [keys])
             cursor.execute(QUERIES["create_offered_period"])
             cursor.execute(QUERIES["create_offered_duty"])
@@ -99,22 +110,44 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
             # The page's frequency and id range let the duty lookups use duty_dispatch_scan_idx.
             bounds = {"frequency": frequency, "first_id": page_plan.slices[0].duty_id,
                       "last_id": page_plan.slices[-1].duty_id, "keys": keys}
-            if write is None:
+            if careful:
+                return _written_carefully(cursor.execute(QUERIES["insert_careful"], bounds).fetchall())
+            if page_plan.after_dispatched:
                 cursor.execute(QUERIES["advance_settings"])
                 return _copy_tasks(cursor, page_plan, used, dict(cursor.execute(QUERIES["advance_new"], bounds).fetchall()))
-            rows = cursor.execute(write, bounds).fetchall()
+            rows = cursor.execute(QUERIES["insert_new"], bounds).fetchall()
             return PageWritten({duty_id: n for duty_id, key, n in rows if key is None},
                                {key: n for duty_id, key, n in rows if key is not None})
 
     try:
-        written, retried = _retrying_deadlocks(lambda: work(None if page_plan.after_dispatched else QUERIES["insert_new"]))
+        written, retried = _retrying_deadlocks(lambda: work(careful=False))
     except pg_errors.UniqueViolation as error:  # the page's own cursor is psycopg's, unwrapped
         if not (error.diag.constraint_name or "").startswith(IDENTITY):
             raise
-        log.info("a racing writer made some of this page's tasks first; writing the page again around them")
-        written, retried = _retrying_deadlocks(lambda: work(QUERIES["insert_racing"]))
+        log.info("some of this page's tasks exist already (a racing writer's, or behind marks a lock kept "
+                 "back); writing the page again around them")
+        written, retried = _retrying_deadlocks(lambda: work(careful=True))
+        written.written_again = True
+    except pg_errors.LockNotAvailable:
+        log.info("a row this page needs stayed locked by another transaction for %s; writing the page again "
+                 "without waiting on it", FAST_PATH_LOCK_WAIT)
+        written, retried = _retrying_deadlocks(lambda: work(careful=True))
         written.written_again = True
     written.deadlocks_retried = retried
+    return written
+
+
+def _written_carefully(rows: list[tuple]) -> PageWritten:
+    written = PageWritten({}, {})
+    for duty_id, key, n, waiting in rows:
+        if waiting == "held":
+            written.held.append(duty_id)
+        elif waiting == "deferred":
+            written.deferred.append(duty_id)
+        elif key is None:
+            written.created[duty_id] = n
+        else:
+            written.created_by_period[key] = n
     return written
 
 
