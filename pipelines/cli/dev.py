@@ -31,6 +31,14 @@ telemetry:
 """
 
 
+def dagster_storage_url(storage_url: str) -> str:
+    """The URL Dagster's instance storage connects with: psycopg2 (driver_url says why),
+    its sessions in UTC. Dagster stores naive CURRENT_TIMESTAMPs and reads them as UTC, and
+    the embedded server runs in the zone of whoever started it."""
+    url = driver_url(storage_url, "psycopg2")
+    return url.update_query_dict({"options": "-c TimeZone=UTC"}).render_as_string(hide_password=False)
+
+
 def _reset_signals() -> None:
     # A process started from a shell script's background job inherits SIGINT ignored,
     # and dagster copies that onto SIGTERM; restore both so our SIGTERM stops the tree.
@@ -174,7 +182,7 @@ def dev(args: argparse.Namespace) -> int:
         workspace.write_text(WORKSPACE_YAML.format(port=code_port))
         os.environ.update({
             "ROTA_DATABASE_URL": database.url,
-            "ROTA_DAGSTER_STORAGE_URL": driver_url(storage_url, "psycopg2").render_as_string(hide_password=False),
+            "ROTA_DAGSTER_STORAGE_URL": dagster_storage_url(storage_url),
             "DAGSTER_HOME": str(dagster_home),
         })
         if stop["requested"]:

@@ -4,10 +4,12 @@ the compose file's services and commands, the image, the Kubernetes worker."""
 
 import os
 import re
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 import yaml
+from sqlalchemy import create_engine
 from dagster._core.errors import DagsterInvalidConfigError
 from dagster._core.instance.config import dagster_instance_config
 
@@ -31,6 +33,7 @@ def test_the_production_instance_is_valid_dagster_config_with_every_guard(tmp_pa
     assert config["run_launcher"]["class"] == "DockerRunLauncher"
     storage = dict(config["storage"]["postgres"]["postgres_db"])
     assert storage.pop("scheme") == "postgresql+psycopg2"
+    assert storage.pop("params") == {"options": "-c TimeZone=UTC"}
     assert all(set(value) == {"env"} for value in storage.values())  # every credential from the environment
     with pytest.raises(DagsterInvalidConfigError):  # the check has teeth
         _instance(tmp_path, (DEPLOY / "dagster.yaml").read_text().replace("max_concurrent_runs: 10",
@@ -207,3 +210,57 @@ def test_kubernetes_migrates_first_and_workers_poll_behind_a_pooler():
     assert (migrate["image"], migrate["envFrom"]) == (work["image"], work["envFrom"])
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
     assert "--no-listen" in work["command"]
+
+
+def _storage_in(config_text: str) -> dict:
+    return yaml.safe_load(config_text)["storage"]
+
+
+@pytest.mark.parametrize("shipped", ["deploy/dagster.yaml", "helm values.yaml", "rota dev"])
+def test_dagsters_own_storage_keeps_utc_whatever_the_servers_zone(tmp_path, test_server, monkeypatch, shipped):
+    """Dagster writes naive timestamps with CURRENT_TIMESTAMP (runs.create_timestamp) and
+    reads them as UTC: in a database whose TimeZone is Pacific/Chatham they would be 13¾
+    hours off, unless the storage's connections set their own zone."""
+    from dagster import DagsterInstance, asset, materialize
+    from psycopg import sql
+    from sqlalchemy import make_url
+
+    from rota.resources.database.server import driver_url
+
+    name = f"rota_storage_zone_{os.getpid()}"
+    test_server.create(name)
+    try:
+        with test_server._connect() as conn:
+            conn.execute(sql.SQL("ALTER DATABASE {} SET timezone TO 'Pacific/Chatham'").format(sql.Identifier(name)))
+        monkeypatch.delenv("PGTZ", raising=False)  # the server's zone is the one under test
+        server = make_url(test_server.url(name))
+        if shipped == "rota dev":
+            from rota.pipelines.cli.dev import DAGSTER_YAML, dagster_storage_url
+
+            storage = _storage_in(DAGSTER_YAML)
+            monkeypatch.setenv("ROTA_DAGSTER_STORAGE_URL", dagster_storage_url(test_server.url(name)))
+        else:
+            if shipped == "deploy/dagster.yaml":
+                storage = _storage_in((DEPLOY / "dagster.yaml").read_text())
+            else:
+                storage = _chart_storage(yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text()))
+            db = storage["postgres"]["postgres_db"]
+            query = dict(server.query)
+            db.update(username=server.username, password=server.password or "unused", hostname=server.host or "",
+                      port=server.port or 5432, db_name=name,
+                      params={**(db.get("params") or {}), **({"host": query["host"]} if "host" in query else {})})
+        (tmp_path / "dagster.yaml").write_text(yaml.safe_dump({"storage": storage}))
+
+        @asset
+        def probe() -> None:
+            return None
+
+        with DagsterInstance.from_config(str(tmp_path)) as instance:
+            started = datetime.now(timezone.utc).replace(tzinfo=None)
+            assert materialize([probe], instance=instance).success
+        with create_engine(driver_url(test_server.url(name))).connect() as conn:
+            created = conn.exec_driver_sql("SELECT create_timestamp FROM runs").scalar_one()
+        assert abs(created - started) < timedelta(minutes=5), f"{shipped}: a run created at {started} UTC " \
+                                                              f"is stored as {created}"
+    finally:
+        test_server.drop(name)
