@@ -13,6 +13,8 @@ from sqlalchemy import create_engine
 from dagster._core.errors import DagsterInvalidConfigError
 from dagster._core.instance.config import dagster_instance_config
 
+from tests.system.chart import ChartRefused, chart_instance, chart_storage
+
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 ROTA_SERVICES = ["code-server", "webserver", "daemon", "worker-1", "worker-2"]
 
@@ -92,21 +94,41 @@ def test_the_kubernetes_workers_and_the_helm_values():
     assert values["dagsterDaemon"]["runMonitoring"]["enabled"] and values["dagsterDaemon"]["runRetries"]["enabled"]
 
 
-def _chart_storage(values: dict) -> dict:
-    """The storage the Dagster chart writes into its instance ConfigMap from these values
-    (helm/dagster/templates/helpers/instance/_postgresql.tpl, chart 1.13.27)."""
-    postgresql = values["postgresql"]
-    db = {
-        "username": postgresql["postgresqlUsername"],
-        "password": {"env": "DAGSTER_PG_PASSWORD"},
-        "hostname": postgresql["postgresqlHost"],
-        "db_name": postgresql["postgresqlDatabase"],
-        "port": postgresql["service"]["port"],
-        "params": postgresql.get("postgresqlParams") or {},
-    }
-    if postgresql.get("postgresqlScheme"):
-        db["scheme"] = postgresql["postgresqlScheme"]
-    return {"postgres": {"postgres_db": db}}
+def test_the_helm_charts_instance_is_one_dagster_loads_with_deploys_limits(tmp_path):
+    """The whole instance the chart renders from values.yaml, loaded by Dagster: the limits
+    are deploy/dagster.yaml's, in the chart's concurrency block alone."""
+    values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
+    config = _instance(tmp_path, yaml.safe_dump(chart_instance(values)))
+    deployed = _instance(tmp_path, (DEPLOY / "dagster.yaml").read_text())
+    assert config["concurrency"] == deployed["concurrency"]
+    assert config["run_coordinator"] == {"module": "dagster._core.run_coordinator", "class": "QueuedRunCoordinator"}
+    assert config["run_launcher"]["class"] == "K8sRunLauncher"
+    assert config["run_launcher"]["config"]["env_secrets"] == ["rota-database"]
+    for storage in ("run_storage", "event_log_storage", "schedule_storage"):
+        db = config[storage]["config"]["postgres_db"]
+        assert db["scheme"] == "postgresql+psycopg2" and db["params"] == {"options": "-c TimeZone=UTC"}
+    for section in ("run_monitoring", "retention"):
+        assert {k: v for k, v in config[section].items() if k in deployed[section]} == \
+            {k: v for k, v in deployed[section].items() if k in config[section]}, section
+    assert config["run_retries"]["max_retries"] == deployed["run_retries"]["max_retries"]
+    assert config["telemetry"] == {"enabled": False}
+
+
+def test_the_limits_in_two_places_are_refused_by_the_chart_or_by_dagster(tmp_path):
+    """The shape values.yaml had before issue 35: limits in the run coordinator's config and
+    pools in additionalInstanceConfig. Dagster refuses the instance it renders (every
+    webserver, daemon and run worker would fail at start); limits in both places the chart
+    itself refuses."""
+    values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
+    concurrency = values.pop("concurrency")
+    values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"] = concurrency["runs"]
+    values["additionalInstanceConfig"] = {"concurrency": {"pools": {"default_limit": 1, "granularity": "run"}}}
+    with pytest.raises(DagsterInvalidConfigError, match="incompatible with the `concurrency > runs` config"):
+        _instance(tmp_path, yaml.safe_dump(chart_instance(values)))
+    values.pop("additionalInstanceConfig")
+    values["concurrency"] = concurrency
+    with pytest.raises(ChartRefused, match="Cannot set both concurrency.runs.maxConcurrentRuns"):
+        chart_instance(values)
 
 
 def test_the_helm_charts_instance_stores_run_events(tmp_path, test_server, monkeypatch):
@@ -116,8 +138,7 @@ def test_the_helm_charts_instance_stores_run_events(tmp_path, test_server, monke
     from sqlalchemy import make_url
 
     values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
-    storage = _chart_storage(values)
-    _instance(tmp_path, yaml.safe_dump({"storage": storage, **values["additionalInstanceConfig"]}))
+    storage = {"postgres": chart_storage(values)}
     name = f"rota_chart_{os.getpid()}"
     test_server.create(name)
     try:
@@ -243,7 +264,7 @@ def test_dagsters_own_storage_keeps_utc_whatever_the_servers_zone(tmp_path, test
             if shipped == "deploy/dagster.yaml":
                 storage = _storage_in((DEPLOY / "dagster.yaml").read_text())
             else:
-                storage = _chart_storage(yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text()))
+                storage = {"postgres": chart_storage(yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text()))}
             db = storage["postgres"]["postgres_db"]
             query = dict(server.query)
             db.update(username=server.username, password=server.password or "unused", hostname=server.host or "",
