@@ -72,7 +72,7 @@ def test_the_compose_file_runs_the_topology_migrating_first():
 
 def test_the_image_installs_the_package_and_serves_the_code_location():
     dockerfile = (DEPLOY / "Dockerfile").read_text()
-    assert re.search(r"pip install --no-cache-dir \. ", dockerfile)  # a package, not editable
+    assert re.search(r"pip install --no-cache-dir .*--find-links /wheels \. ", dockerfile)  # a package, not editable
     assert "-e ." not in dockerfile
     assert "COPY sql sql" in dockerfile
     assert re.search(r'CMD \["dagster", "code-server", "start".*"rota.pipelines.definitions"', dockerfile.replace("\\\n", ""))
@@ -211,10 +211,13 @@ def test_the_images_pip_step_resolves_from_what_it_copies(tmp_path):
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     context = tmp_path / "src"
     context.mkdir()
-    for source in _copied(dockerfile.split("RUN pip install")[0]):
+    for source in _copied(dockerfile.split("RUN python3 -m venv")[0]):
         origin = DEPLOY.parent / source
         (shutil.copytree if origin.is_dir() else shutil.copy)(origin, context / source)
-    pip_step = re.search(r"RUN pip install --no-cache-dir (.+?) \\\n", dockerfile).group(1).split()
+    pip_step = re.search(r"&& pip install --no-cache-dir (.+?) \\\n", dockerfile).group(1).split()
+    # The image's wheels directory is the build context's deploy/wheels; the index stays on.
+    pip_step = [str(context / "deploy" / "wheels") if arg == "/wheels" else arg
+                for arg in pip_step if arg != "${OFFLINE:+--no-index}"]
     venv.create(tmp_path / "venv", with_pip=True)
     done = subprocess.run([str(tmp_path / "venv" / "bin" / "pip"), "install", "--dry-run", "--quiet", *pip_step],
                           cwd=context, capture_output=True, text=True, timeout=600)
