@@ -4,6 +4,7 @@ import argparse
 import os
 import signal
 import textwrap
+from importlib.metadata import version
 from pathlib import Path
 
 from rota.pipelines.cli.database import Database, say
@@ -153,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="rota", formatter_class=_Help,
         description="Recurring work, produced exactly once per period: a Dagster code location on PostgreSQL. "
                     "rota COMMAND --help says what a command does and what it reads.")
+    parser.add_argument("--version", action="version", version=f"rota {version('rota')}",
+                        help="print the installed rota's version (CHANGELOG.md says what each changed)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _command(commands, "migrate", "apply every migration to rota's database",
              "Idempotent: run it before starting a new version. Creates the database if the role may, and "
