@@ -236,6 +236,78 @@ def test_kubernetes_migrates_first_and_workers_poll_behind_a_pooler():
     assert "--no-listen" in work["command"]
 
 
+def _schema_faults(value, model: str, where: str) -> list[str]:
+    """Every field of `value` that the Kubernetes API's model `model` (as the official client
+    describes it: field names, nesting, list and map types) has no place for, and every
+    required field it lacks."""
+    import kubernetes.client as k8s
+
+    if model.startswith("list["):
+        inner = model[5:-1]
+        if not isinstance(value, list):
+            return [f"{where}: a list of {inner} expected, not {type(value).__name__}"]
+        return [fault for n, item in enumerate(value) for fault in _schema_faults(item, inner, f"{where}[{n}]")]
+    if model.startswith("dict("):
+        inner = model[model.index(",") + 1:-1].strip()
+        if not isinstance(value, dict):
+            return [f"{where}: a map expected"]
+        return [fault for key, item in value.items() for fault in _schema_faults(item, inner, f"{where}.{key}")]
+    cls = getattr(k8s, model, None)
+    if cls is None:  # a primitive (str, int, bool, object)
+        primitive = {"str": str, "int": int, "bool": bool, "float": (int, float)}.get(model)
+        if primitive and not isinstance(value, primitive):
+            return [f"{where}: {model} expected, not {value!r}"]
+        return []
+    if not isinstance(value, dict):
+        return [f"{where}: a {model} object expected"]
+    fields = {json: (python, cls.openapi_types[python]) for python, json in cls.attribute_map.items()}
+    faults = [f"{where}.{key}: no such field of {model}" for key in value if key not in fields]
+    for key, item in value.items():
+        if key in fields:
+            faults += _schema_faults(item, fields[key][1], f"{where}.{key}")
+    faults += [f"{where}: {model} lacks {cls.attribute_map[name]}" for name in _required(cls)
+               if cls.attribute_map[name] not in value]
+    return faults
+
+
+def _required(cls) -> list[str]:
+    """The model's required fields: those whose setter, validating as the client does,
+    refuses None."""
+    import kubernetes.client as k8s
+
+    probe = cls.__new__(cls)
+    probe.local_vars_configuration = k8s.Configuration()
+    required = []
+    for name in cls.openapi_types:
+        try:
+            setattr(probe, name, None)
+        except ValueError:
+            required.append(name)
+    return required
+
+
+@pytest.mark.parametrize("manifest", sorted(p.name for p in (DEPLOY / "k8s").glob("*.yaml")))
+def test_the_kubernetes_manifests_fit_the_apis_schema(manifest):
+    """kubectl's dry run needs an API server for its schemas and none runs here, so the
+    manifests are held against the official client's models of the same API (every field
+    named, nested and typed as the API has it)."""
+    kinds = {("batch/v1", "Job"): "V1Job", ("apps/v1", "Deployment"): "V1Deployment"}
+    for document in yaml.safe_load_all((DEPLOY / "k8s" / manifest).read_text()):
+        model = kinds[(document["apiVersion"], document["kind"])]
+        assert _schema_faults(document, model, manifest) == []
+
+
+def test_the_schema_check_has_teeth():
+    worker = yaml.safe_load((DEPLOY / "k8s" / "worker.yaml").read_text())
+    worker["spec"]["template"]["spec"]["containers"][0]["envfrom"] = []  # a misspelt field
+    worker["spec"]["replicas"] = "two"
+    del worker["spec"]["template"]["spec"]["containers"][0]["name"]
+    faults = _schema_faults(worker, "V1Deployment", "worker.yaml")
+    assert any("envfrom: no such field" in f for f in faults)
+    assert any("replicas: int expected" in f for f in faults)
+    assert any("lacks name" in f for f in faults)
+
+
 def _storage_in(config_text: str) -> dict:
     return yaml.safe_load(config_text)["storage"]
 
