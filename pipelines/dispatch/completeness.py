@@ -69,7 +69,8 @@ def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, re
     that have no task: how many, and the first few in (duty, period) order; those of the
     `held` duties (DispatchReport.held) apart."""
     params = {**local_today(as_of), **calendar_units(frequency), "frequency": frequency, "as_of": as_of,
-              "shown": SHOWN, "held": sorted(held)}
+              # Held pairs come first: room for all of them, then SHOWN others.
+              "shown": SHOWN + len(held) * len(requested), "held": sorted(held)}
     if mode is Mode.SCHEDULED:
         query = QUERIES["scheduled_gaps"]
         # A scheduled run is judged on each duty's current period only: the keys current

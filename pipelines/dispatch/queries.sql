@@ -100,7 +100,8 @@ CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
 -- lock_timeout bounds how long the page waits on a lock: a fast-path page gives up on a
 -- duty row a tenant holds (an open UPDATE, FOR UPDATE) within a moment and is written
 -- again by insert_careful, which waits on no tenant's row ('0': insert_careful waits only
--- where it must, on a racing writer's uncommitted tasks).
+-- on a racing writer's uncommitted tasks, and on a lock on a whole table, which a tenant
+-- can take on duty since it may delete duties: README, "A tenant's open transaction").
 SELECT set_config('work_mem', '64MB', true),
        set_config('rota.task_duties_held', CAST(pg_current_xact_id() AS text), true),
        set_config('lock_timeout', %(lock_timeout)s, true);
@@ -194,9 +195,9 @@ SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key;
 --
 -- `locked`: the foreign key's lock, FOR KEY SHARE, which only a transaction about to
 -- delete the duty or change its key conflicts with (FOR UPDATE, DELETE, a move); SKIP
--- LOCKED leaves such a duty out. `held` reports it, found on the statement's snapshot:
--- its task waits for the first run after that transaction ends, since a duty being
--- deleted must not gain one.
+-- LOCKED leaves such a duty out. `held` reports each of its offered periods that has no
+-- task, found on the statement's snapshot: that task waits for the first run after the
+-- transaction ends, since a duty being deleted must not gain one.
 --
 -- `inserted`: as insert_new, with ON CONFLICT letting task_dispatch_identity skip what the
 -- racer made. Once it has run, every offered task of a locked duty exists, inserted or
@@ -216,10 +217,14 @@ WITH locked AS MATERIALIZED (
     FOR KEY SHARE OF d SKIP LOCKED
 ),
 held AS (
-    SELECT o.duty_id FROM offered_duty o
+    SELECT o.duty_id, p.period_key FROM offered_duty o
+    JOIN offered_period p ON p.period_group = o.period_group
+                         AND p.period_index BETWEEN o.first_index AND o.last_index
     WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = o.duty_id)
       AND EXISTS (SELECT 1 FROM duty d WHERE d.id = o.duty_id AND d.frequency = %(frequency)s
                                          AND d.id BETWEEN %(first_id)s AND %(last_id)s)
+      AND NOT EXISTS (SELECT 1 FROM task t WHERE t.duty_id = o.duty_id AND t.period_key = p.period_key
+                                             AND t.period_key = ANY(%(keys)s))
 ),
 offered AS (
     SELECT l.id AS duty_id, p.period_key, l.workspace_id, p.period_start, p.due_date, p.visible_from
@@ -281,7 +286,7 @@ SELECT i.duty_id, NULL AS period_key, count(*) AS created, NULL AS waiting FROM 
 UNION ALL
 SELECT NULL, period_key, count(*), NULL FROM inserted GROUP BY period_key
 UNION ALL
-SELECT duty_id, NULL, 0, 'held' FROM held
+SELECT duty_id, period_key, 0, 'held' FROM held
 UNION ALL
 SELECT c.duty_id, NULL, 0, 'deferred' FROM changing c
 WHERE NOT EXISTS (SELECT 1 FROM advanced a WHERE a.id = c.duty_id);
@@ -353,7 +358,8 @@ SELECT min(id), max(id) FROM duty WHERE frequency = %s;
 -- once per row and only an index lookup is cheap enough to be chosen. Each probe also
 -- names the run's keys as constants, which prune it to the partitions that can hold them.
 -- The duties the run found held by another transaction (%(held)s) come first and are
--- counted apart: their gaps are known and waiting, not lost.
+-- counted apart: their gaps are known and waiting, not lost. The caller's LIMIT leaves room
+-- for every held pair before the first others.
 SELECT d.id, c.period_key, count(*) OVER (), count(*) FILTER (WHERE d.id = ANY(CAST(%(held)s AS bigint[]))) OVER ()
 FROM duty d
 CROSS JOIN LATERAL (

@@ -2,7 +2,6 @@
 next is read, and what it did counted per timezone and per period."""
 
 import gc
-from bisect import bisect_left
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -89,23 +88,17 @@ def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten
             report.periods[(key, "existing")] += n - made - held_by_period[key]
         else:
             report.periods[(key, outcome)] += n
-    report.held.update(written.held)
+    report.held.update(duty_id for duty_id, _ in written.held)
     report.marks_deferred.update(written.deferred)
     report.deadlocks_retried += written.deadlocks_retried
     report.pages_copied += written.copied
     report.pages_written_again += written.written_again
 
 
-def _held(page_plan: Plan, duty_ids: list[int]) -> tuple[Counter, Counter]:
-    """The tasks the held duties were offered, per timezone and per period."""
-    by_timezone: Counter = Counter()
-    by_period: Counter = Counter()
-    slices = page_plan.slices
-    for duty_id in duty_ids:
-        s = slices[bisect_left(slices, (duty_id,))]
-        by_timezone[page_plan.timezone_of[duty_id]] += s.last - s.first + 1
-        by_period.update(period.key for period in page_plan.groups[s.group][s.first:s.last + 1])
-    return by_timezone, by_period
+def _held(page_plan: Plan, pairs: list[tuple[int, str]]) -> tuple[Counter, Counter]:
+    """The held tasks per timezone and per period."""
+    by_timezone = Counter(page_plan.timezone_of[duty_id] for duty_id, _ in pairs)
+    return by_timezone, Counter(key for _, key in pairs)
 
 
 def _read_ahead(pages: Iterator[list[DutyRow]], reader: ThreadPoolExecutor) -> Iterator[list[DutyRow]]:

@@ -72,10 +72,11 @@ class PageWritten:
     deadlocks_retried: int = 0
     copied: bool = False
     written_again: bool = False
-    # Duties whose rows another transaction held against new references (FOR UPDATE, an
-    # uncommitted DELETE): given no task. And duties whose marks stayed where they were
-    # because another transaction held their rows (an open UPDATE, FOR SHARE).
-    held: list[int] = field(default_factory=list)
+    # (duty, period) of the tasks not made because another transaction held the duty's row
+    # against new references (FOR UPDATE, an uncommitted DELETE). And duties whose marks
+    # stayed where they were because another transaction held their rows (an open UPDATE,
+    # FOR SHARE).
+    held: list[tuple[int, str]] = field(default_factory=list)
     deferred: list[int] = field(default_factory=list)
 
 
@@ -141,7 +142,7 @@ def _written_carefully(rows: list[tuple]) -> PageWritten:
     written = PageWritten({}, {})
     for duty_id, key, n, waiting in rows:
         if waiting == "held":
-            written.held.append(duty_id)
+            written.held.append((duty_id, key))
         elif waiting == "deferred":
             written.deferred.append(duty_id)
         elif key is None:

@@ -195,3 +195,20 @@ def test_a_tenant_holding_a_table_delays_neither_the_night_nor_other_readers(dat
     assert seen == 2 * DUTIES // len(WORKSPACES)
     assert _partitions(engine) - before == {"task_2026_12_a"}
     assert [d for d in duty_ids if keys_by_duty(engine).get(d) != ["2026-11-24", TODAY]] == []
+
+
+def test_a_locked_duty_whose_task_exists_is_not_reported_held(database_url, engine):
+    duty_ids = _duties(engine)
+    _dispatch(engine)
+    complete, missing = duty_ids[3], duty_ids[4]
+    with engine.begin() as conn:  # one task goes missing; both duties are read again
+        conn.execute(text("DELETE FROM task WHERE duty_id = :d"), {"d": missing})
+        conn.execute(text("UPDATE duty SET complete_from = NULL, complete_through = NULL WHERE id = :d"),
+                     {"d": complete})
+    session = _hold(database_url, WORKSPACES[3 % len(WORKSPACES)], HOLDS["select for update"][0], complete)
+
+    report = dispatch_while_held(engine, session)
+
+    assert report.pages_written_again == 1  # the lock sent the page to insert_careful
+    assert report.held == set() and report.total("held") == 0
+    assert keys_by_duty(engine)[missing] == [TODAY]
