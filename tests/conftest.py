@@ -35,14 +35,14 @@ from rota.resources.database.server import (
 
 TEMPLATE = f"rota_test_template_{os.getpid()}"
 _counter = itertools.count()
-# On the embedded server the suite runs as this role, made the way README's "Your own
+# On the embedded server the suite runs as this role, made the way docs/deploy.md's "Your own
 # PostgreSQL" asks a DBA to: LOGIN and BYPASSRLS, nothing more. Only the harness's own
 # work (creating and dropping the test databases, one test's extra role) uses the superuser.
 EMBEDDED_ROLE = "rota_owner"
 
 
 class TestServer:
-    """The server the suite runs on: `rota_url` as rota's role (the privileges README lists
+    """The server the suite runs on: `rota_url` as rota's role (the privileges docs/guarantees.md lists
     and no more), and `admin_url`, a superuser, or None when none was given.
 
     `ROTA_DATABASE_URL` names rota's role and a database it may connect to; `ROTA_ADMIN_URL`

@@ -101,7 +101,7 @@ CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
 -- duty row a tenant holds (an open UPDATE, FOR UPDATE) within a moment and is written
 -- again by insert_careful, which waits on no tenant's row ('0': insert_careful waits only
 -- on a racing writer's uncommitted tasks, and on a lock on a whole table, which a tenant
--- can take on duty since it may delete duties: README, "A tenant's open transaction").
+-- can take on duty since it may delete duties: docs/guarantees.md, "A tenant's open transaction").
 SELECT set_config('work_mem', '64MB', true),
        set_config('rota.task_duties_held', CAST(pg_current_xact_id() AS text), true),
        set_config('lock_timeout', %(lock_timeout)s, true);

@@ -8,7 +8,7 @@ from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from rota.pipelines.periods.partitions import NIGHTLY_PARTITIONS, SINGLE_RUN
 from rota.pipelines.queue.jobs import register_job
-from rota.pipelines.queue.produce import produce_many
+from rota.pipelines.queue.producing import produce_many
 from rota.pipelines.sources.nightly import NIGHTLY
 from rota.resources.postgres import PostgresResource
 

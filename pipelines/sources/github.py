@@ -28,7 +28,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from rota.pipelines.queue.claims import ClaimedRun
 from rota.pipelines.queue.handlers import handler
 from rota.pipelines.queue.jobs import register_job
-from rota.pipelines.queue.produce import Produced, produce_many
+from rota.pipelines.queue.producing import Produced, produce_many
 from rota.pipelines.sources import Source
 from rota.resources.database.queries import queries
 

@@ -15,7 +15,7 @@ from rota.pipelines.dispatch.reading import read_pages
 from rota.pipelines.dispatch.run import dispatch
 from rota.pipelines.periods.calendar import parse_instant
 from rota.pipelines.queue.jobs import register_job
-from rota.pipelines.queue.produce import produce_many
+from rota.pipelines.queue.producing import produce_many
 from rota.resources.database.engine import make_engine
 from tests.helpers import add_duty, duty_values, gaps_after, insert_duties, keys_by_duty
 from tests.pgbouncer import pgbouncer

@@ -1,5 +1,5 @@
 """The PostgreSQL people run: rota on databases and roles a DBA made, with the privileges
-the README lists and no more, and no process working on a schema behind the migrations."""
+docs/guarantees.md lists and no more, and no process working on a schema behind the migrations."""
 
 import os
 import signal
@@ -38,7 +38,7 @@ def test_the_suite_runs_as_a_role_with_the_listed_privileges_and_no_more(test_se
 
 def test_rota_needs_no_createdb_no_createrole_and_never_the_postgres_database(test_server):
     """Databases and rota_app exist (the suite made rota_app before any migration, as the
-    README asks a DBA to); the postgres database refuses every connection meanwhile."""
+    docs/deploy.md asks a DBA to); the postgres database refuses every connection meanwhile."""
     admin = test_server.require_admin("closing the postgres database to connections")
     name = f"rota_given_{os.getpid()}"
     url = test_server.create(name)

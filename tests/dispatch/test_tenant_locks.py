@@ -1,7 +1,8 @@
 """No tenant's transaction holds the night back (issue 37).
 
-A tenant session (role rota_app, its workspace set as README says) holds a lock of its own
-on one duty, or on duty or task whole, while a scheduled dispatch runs on other threads.
+A tenant session (role rota_app, its workspace set as README's "Add a duty" shows) holds a
+lock of its own on one duty, or on duty or task whole, while a scheduled dispatch runs on
+other threads.
 Each dispatch must finish while the tenant still holds what it holds, with every other
 duty's task made; a duty whose row is locked against new references (FOR UPDATE, an
 uncommitted DELETE) is reported by id, in the report and the check, and gets its task from

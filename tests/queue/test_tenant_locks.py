@@ -11,7 +11,7 @@ from rota.pipelines.queue.claims import complete_and_claim
 from rota.pipelines.queue.enqueue import Enqueued, enqueue_scheduled, enqueue_scheduled_many
 from rota.pipelines.queue.events import dispatch_pending_events
 from rota.pipelines.queue.jobs import register_job
-from rota.pipelines.queue.produce import produce_many
+from rota.pipelines.queue.producing import produce_many
 from tests.helpers import add_duty, run_while_held, tenant
 
 T0 = datetime(2026, 12, 2, 3, tzinfo=timezone.utc)

@@ -12,7 +12,7 @@ from rota.pipelines.definitions import defs
 from rota.pipelines.queue.claims import ClaimedRun, complete
 from rota.pipelines.queue.enqueue import enqueue_scheduled
 from rota.pipelines.queue.jobs import register_job
-from rota.pipelines.queue.produce import produce, produce_many
+from rota.pipelines.queue.producing import produce, produce_many
 from rota.pipelines.sources.github import GitHubClient, repository_cursors
 from rota.pipelines.sources.nightly import compact_finished_runs, run_maintenance
 from rota.resources.database.server import driver_url

@@ -24,7 +24,7 @@ from rota.pipelines.dispatch.reading import read_pages
 from rota.pipelines.dispatch.run import DatabaseWentAway, dispatch
 from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
 from rota.pipelines.queue.jobs import register_job
-from rota.pipelines.queue.produce import produce
+from rota.pipelines.queue.producing import produce
 from rota.pipelines.queue.worker import Worker
 from rota.pipelines.queue.worker_settings import WorkerSettings
 from rota.resources.database import migrate as migrations

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError
 
 from rota.pipelines.queue.cron import InvalidCron
 from rota.pipelines.queue.jobs import register_job
-from rota.pipelines.queue.produce import produce
+from rota.pipelines.queue.producing import produce
 from rota.resources.database.schema import duty, job_queue
 from tests.helpers import add_duty, database_fingerprint, duty_values, insert_duties, rows_only, task_keys
 from tests.dagster.test_dagster import run_asset

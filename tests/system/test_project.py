@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_commands() -> list[str]:
-    return re.findall(r"```sh\n(.+?)\n```", (ROOT / "README.md").read_text())[:2]
+    return re.findall(r"```sh[^\n]*\n(.+?)\n```", (ROOT / "README.md").read_text())[:2]
 
 
 def test_the_readme_opens_with_the_start_and_test_commands():
@@ -51,7 +51,7 @@ def test_producers_and_the_worker_load_without_dagster():
     every racing producer process then pays (issue 5, enqueue_race)."""
     done = _fresh_interpreter(
         "import sys\n"
-        "import rota.pipelines.queue.enqueue, rota.pipelines.queue.produce, rota.pipelines.queue.worker, "
+        "import rota.pipelines.queue.enqueue, rota.pipelines.queue.producing, rota.pipelines.queue.worker, "
         "rota.pipelines.dispatch.run, rota.pipelines.cli.main\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dagster')[:3])"
     )

@@ -14,7 +14,7 @@ from rota.pipelines.definitions import defs
 from rota.pipelines.queue.enqueue import AlreadyQueued, enqueue_scheduled, enqueue_scheduled_many
 from rota.pipelines.queue.events import dispatch_pending_events
 from rota.pipelines.queue.jobs import register_job
-from rota.pipelines.queue.produce import produce
+from rota.pipelines.queue.producing import produce
 from rota.pipelines.queue.worker import Worker
 from rota.pipelines.queue.worker_settings import WorkerSettings
 from rota.pipelines.sources.nightly import compact_finished_runs, nightly_ref

@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DOMAINS = ("periods", "dispatch", "queue", "sources")
 BELOW = {
     "resources": set(),
-    # pipelines/__init__.py alone: it answers to its checkout name (resources/checkout_names.py).
-    "pipelines": {"resources"},
+    # pipelines/__init__.py alone: it answers to its checkout name (resources/checkout_names.py)
+    # and re-exports the public surface, which is the queue's.
+    "pipelines": {"resources", "queue"},
     "periods": {"resources"},
     "dispatch": {"resources", "periods"},
     "queue": {"resources", "periods"},
