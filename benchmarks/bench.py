@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -31,6 +32,7 @@ from rota.pipelines.periods.calendar import open_range, period_containing, perio
 from rota.pipelines.queue.enqueue import enqueue_scheduled, enqueue_scheduled_many
 from rota.pipelines.queue.jobs import register_job
 from rota.resources.database import migrate as migrations
+from rota.resources.database.engine import DEFAULT_WRITERS
 from rota.resources.database.schema import FREQUENCIES
 from rota.resources.database.server import (
     PROJECT_ROOT,
@@ -147,6 +149,40 @@ def floor_baseline(engine: Engine, rows: list[tuple]) -> tuple[Callable[[], None
     return prepare, work
 
 
+def parallel_floor_baseline(engine: Engine, rows: list[tuple],
+                            writers: int) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The floor written the way the dispatch writes: the duties split `writers` ways, each
+    part's tasks COPYed and its duties' last_dispatched_period moved in one transaction on
+    a connection of its own, all parts at once."""
+    parts: list[dict[int, list[tuple]]] = [{} for _ in range(writers)]
+    for row in rows:
+        parts[row[0] % writers].setdefault(row[0], []).append(row)
+    prepare_copy, _ = copy_baseline(engine, rows)
+
+    def prepare() -> None:
+        prepare_copy()
+        reset_dispatch(engine)
+
+    def write(part: dict[int, list[tuple]]) -> None:
+        with engine.begin() as conn:
+            cursor = conn.connection.driver_connection.cursor()
+            with cursor.copy(COPY_TASK) as copy:
+                copy.set_types(["int8", "text", "uuid", "date", "date", "date"])
+                for duty_rows in part.values():
+                    for row in duty_rows:
+                        copy.write_row(row)
+            conn.execute(text("UPDATE duty d SET last_dispatched_period = n.key "
+                              "FROM unnest(CAST(:ids AS bigint[]), CAST(:keys AS text[])) AS n (id, key) "
+                              "WHERE d.id = n.id"),
+                         {"ids": list(part), "keys": [max(row[1] for row in duty_rows) for duty_rows in part.values()]})
+
+    def work() -> None:
+        with ThreadPoolExecutor(max_workers=writers) as pool:
+            list(pool.map(write, parts))
+
+    return prepare, work
+
+
 def fingerprint(engine: Engine) -> dict:
     from tests.helpers import database_fingerprint
 
@@ -155,7 +191,7 @@ def fingerprint(engine: Engine) -> dict:
     return result
 
 
-def _baselines(engine: Engine, repeat: int) -> tuple[float, float, int]:
+def _baselines(engine: Engine, repeat: int) -> tuple[float, float, float, int]:
     """The COPY and the floor, timed, and how many tasks they wrote. Their rows are gone
     once this returns: the dispatcher is not timed beside millions of Python objects it
     never made, which every full pass of the garbage collector walks (measured at a
@@ -166,20 +202,25 @@ def _baselines(engine: Engine, repeat: int) -> tuple[float, float, int]:
     prepare, work = copy_baseline(engine, rows)
     copy_time = median_time(work, repeat, prepare)
     prepare_floor, floor_work = floor_baseline(engine, rows)
-    return copy_time, median_time(floor_work, repeat, prepare_floor), len(rows)
+    floor_time = median_time(floor_work, repeat, prepare_floor)
+    prepare_parallel, parallel_work = parallel_floor_baseline(engine, rows, DEFAULT_WRITERS)
+    return copy_time, floor_time, median_time(parallel_work, repeat, prepare_parallel), len(rows)
 
 
 def case_dispatch(engine: Engine, repeat: int) -> list[Case]:
-    copy_time, floor_time, tasks = _baselines(engine, repeat)
+    copy_time, floor_time, parallel_floor_time, tasks = _baselines(engine, repeat)
     first = median_time(lambda: scheduled_dispatch(engine), repeat, lambda: reset_dispatch(engine))
     before = fingerprint(engine)
     noop = median_time(lambda: scheduled_dispatch(engine), repeat)
     unchanged = fingerprint(engine) == before
     return [
-        Case("dispatch_first", first, copy_time, first / copy_time, "<= 2.5", first / copy_time <= 2.5,
+        Case("dispatch_first", first, copy_time, first / copy_time, "<= 2.0", first / copy_time <= 2.0,
              note=f"{tasks:,} tasks"),
         Case("dispatch_vs_floor", first, floor_time, first / floor_time, "<= 1.5", first / floor_time <= 1.5,
              note="baseline: the COPY plus one UPDATE of last_dispatched_period"),
+        Case("dispatch_vs_parallel_floor", first, parallel_floor_time, first / parallel_floor_time, "<= 2.0",
+             first / parallel_floor_time <= 2.0,
+             note=f"baseline: that floor split over {DEFAULT_WRITERS} connections at once, as the dispatch writes"),
         Case("dispatch_noop", noop, copy_time, noop / copy_time, "<= 0.5", noop / copy_time <= 0.5 and unchanged,
              note="zero writes" if unchanged else "WROTE SOMETHING"),
     ]
@@ -393,7 +434,7 @@ def case_enqueue_race(url: str, repeat: int) -> list[Case]:
         rows.add(count)
     alone, together = statistics.median(alone), statistics.median(raced)
     ratio = together / alone
-    return [Case("enqueue_race", together, alone, ratio, "<= 2", ratio <= 2 and rows == {10_000},
+    return [Case("enqueue_race", together, alone, ratio, "<= 1.5", ratio <= 1.5 and rows == {10_000},
                  note=f"rows {sorted(rows)}")]
 
 
@@ -548,15 +589,15 @@ def case_queue_throughput(server_url: str, runs: int, repeat: int) -> list[Case]
     fastest = min(BASELINE_QUEUES, key=drained.get)
     others = ", ".join(f"{queue} {drained[queue]:.1f} s" for queue in BASELINE_QUEUES)
     cases = [Case("queue_throughput", drained["rota"], drained[fastest], drained["rota"] / drained[fastest],
-                  "<= 1", drained["rota"] <= drained[fastest],
+                  "<= 0.5", drained["rota"] <= 0.5 * drained[fastest],
                   note=f"{runs:,} no-op runs, four workers each; baseline {fastest} (of {others})")]
     light = int(LATENCY_RATE * 20)
     latency = {queue: _latency(queue, url, python, light) for queue in ("rota", *BASELINE_QUEUES)}
-    for index, name in ((0, "p50"), (1, "p99")):
+    for index, name, goal in ((0, "p50", 0.5), (1, "p99", 0.7)):
         best = min(BASELINE_QUEUES, key=lambda queue: latency[queue][index])
         ours, theirs = latency["rota"][index] * 1000, latency[best][index] * 1000
         others = ", ".join(f"{queue} {latency[queue][index] * 1000:.1f}" for queue in BASELINE_QUEUES)
-        cases.append(Case(f"queue_latency_{name}", ours, theirs, ours / theirs, "<= 1", ours <= theirs, unit="ms",
+        cases.append(Case(f"queue_latency_{name}", ours, theirs, ours / theirs, f"<= {goal}", ours <= goal * theirs, unit="ms",
                           note=f"run_at to start, {light:,} runs at {LATENCY_RATE:.0f}/s; baseline {best} "
                                f"(of {others} ms)"))
     return cases
@@ -596,8 +637,8 @@ TENANT_HOLD_SECONDS = 60
 
 def case_tenant_lock(server_url: str, duties: int, repeat: int) -> list[Case]:
     """A daily scheduled run through Dagster over `duties` duties of 50 workspaces, while one
-    tenant (role rota_app, its workspace set in its transaction as README says) holds an
-    uncommitted UPDATE of one duty's title (or a SELECT … FOR UPDATE of it) for up to
+    tenant (role rota_app, its workspace set in its transaction as README's "Add a duty"
+    shows) holds an uncommitted UPDATE of one duty's title (or a SELECT … FOR UPDATE of it) for up to
     TENANT_HOLD_SECONDS, against the same run with no tenant at all. Then the first run after
     the tenant lets go must leave the duty complete, its marks moved."""
     from dagster import DagsterInstance, materialize

@@ -114,24 +114,14 @@ ALTER TABLE ONLY public.duty
 
 CREATE INDEX duty_dispatch_scan_idx ON public.duty USING btree (frequency, id);
 
+-- What can make a duty newly owed is the trigger's WHEN clause, evaluated without a
+-- function call: the dispatcher updates a million duties' marks on a large night.
 CREATE FUNCTION public.duty_eligible_since_moves() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
 BEGIN
-    IF NEW.eligible_since IS DISTINCT FROM OLD.eligible_since THEN
-        RETURN NEW;  -- set on purpose, by a role that may
-    END IF;
-    IF (NEW.state = 'active' AND OLD.state IS DISTINCT FROM 'active')
-       OR NEW.kind IS DISTINCT FROM OLD.kind
-       OR NEW.frequency IS DISTINCT FROM OLD.frequency
-       OR NEW.timezone IS DISTINCT FROM OLD.timezone
-       OR NEW.lead_days > OLD.lead_days
-       OR (OLD.effective_from IS NOT NULL AND (NEW.effective_from IS NULL OR NEW.effective_from < OLD.effective_from))
-       OR (OLD.effective_to IS NOT NULL AND (NEW.effective_to IS NULL OR NEW.effective_to > OLD.effective_to))
-    THEN
-        NEW.eligible_since := now();
-    END IF;
+    NEW.eligible_since := now();
     RETURN NEW;
 END
 $$;
@@ -214,7 +204,16 @@ CREATE FUNCTION public.task_duty_truncated_with_tasks() RETURNS trigger
     END
     $$;
 
-CREATE TRIGGER duty_eligible_since_moves BEFORE UPDATE ON public.duty FOR EACH ROW EXECUTE FUNCTION public.duty_eligible_since_moves();
+CREATE TRIGGER duty_eligible_since_moves BEFORE UPDATE ON public.duty FOR EACH ROW
+    WHEN (NEW.eligible_since IS NOT DISTINCT FROM OLD.eligible_since  -- set on purpose, by a role that may
+          AND ((NEW.state = 'active' AND OLD.state IS DISTINCT FROM 'active')
+               OR NEW.kind IS DISTINCT FROM OLD.kind
+               OR NEW.frequency IS DISTINCT FROM OLD.frequency
+               OR NEW.timezone IS DISTINCT FROM OLD.timezone
+               OR NEW.lead_days > OLD.lead_days
+               OR (OLD.effective_from IS NOT NULL AND (NEW.effective_from IS NULL OR NEW.effective_from < OLD.effective_from))
+               OR (OLD.effective_to IS NOT NULL AND (NEW.effective_to IS NULL OR NEW.effective_to > OLD.effective_to))))
+    EXECUTE FUNCTION public.duty_eligible_since_moves();
 
 CREATE TRIGGER duty_frequency_fixed BEFORE UPDATE OF frequency, kind ON public.duty FOR EACH ROW WHEN (((old.frequency IS DISTINCT FROM new.frequency) OR (old.kind IS DISTINCT FROM new.kind))) EXECUTE FUNCTION public.duty_frequency_fixed();
 
@@ -521,20 +520,17 @@ CREATE FUNCTION public.job_scheduled_since_moves() RETURNS trigger
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
 BEGIN
-    IF NEW.scheduled_since IS DISTINCT FROM OLD.scheduled_since THEN
-        RETURN NEW;
-    END IF;
-    IF (NEW.enabled AND NOT OLD.enabled)
-       OR NEW.schedule IS DISTINCT FROM OLD.schedule
-       OR NEW.timezone IS DISTINCT FROM OLD.timezone
-    THEN
-        NEW.scheduled_since := now();
-    END IF;
+    NEW.scheduled_since := now();
     RETURN NEW;
 END
 $$;
 
-CREATE TRIGGER job_scheduled_since_moves BEFORE UPDATE ON public.job FOR EACH ROW EXECUTE FUNCTION public.job_scheduled_since_moves();
+CREATE TRIGGER job_scheduled_since_moves BEFORE UPDATE ON public.job FOR EACH ROW
+    WHEN (NEW.scheduled_since IS NOT DISTINCT FROM OLD.scheduled_since
+          AND ((NEW.enabled AND NOT OLD.enabled)
+               OR NEW.schedule IS DISTINCT FROM OLD.schedule
+               OR NEW.timezone IS DISTINCT FROM OLD.timezone))
+    EXECUTE FUNCTION public.job_scheduled_since_moves();
 
 ALTER TABLE public.job ENABLE ROW LEVEL SECURITY;
 
