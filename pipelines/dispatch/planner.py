@@ -23,8 +23,7 @@ class Mode(str, Enum):
 
 
 class DutyRow(NamedTuple):
-    """What planning needs of a duty. Its workspace is not among it: the writer takes
-    that from the duty row itself, so a task cannot name another workspace."""
+    """What planning needs of a duty, and the workspace its tasks are written with."""
 
     id: int
     kind: str
@@ -42,6 +41,9 @@ class DutyRow(NamedTuple):
     # The newest period the dispatcher wrote for it: a plan whose every task lies after
     # it can go to the writer's bulk path (Plan.after_dispatched). Never a reason to skip.
     last_dispatched_period: str | None = None
+    # The workspace as read (uuid_send's 16 bytes), which the bulk path writes its tasks
+    # with: its UPDATE moves a duty only while the row still has it.
+    workspace: bytes = b""
 
 
 class TaskRow(NamedTuple):
@@ -75,6 +77,7 @@ class Slice(NamedTuple):
     first: int
     last: int
     version: int = 0
+    workspace: bytes = b""
 
 
 @dataclass
@@ -232,7 +235,7 @@ def plan(
                 # was cleared: counted for the whole group below, not period by period.
                 if count:
                     whole += 1
-                    result.slices.append(Slice(duty.id, group, 0, count - 1, duty.version))
+                    result.slices.append(Slice(duty.id, group, 0, count - 1, duty.version, duty.workspace))
                     if duty.last_dispatched_period is not None and keys[0] <= duty.last_dispatched_period:
                         result.after_dispatched = False
                 continue
@@ -249,7 +252,7 @@ def plan(
             add("outside_window", stop, count)
             add("offered", first, stop)
             if stop > first:
-                result.slices.append(Slice(duty.id, group, first, stop - 1, duty.version))
+                result.slices.append(Slice(duty.id, group, first, stop - 1, duty.version, duty.workspace))
                 offered += stop - first
                 lowest, highest = min(lowest, first), max(highest, stop - 1)
                 if duty.last_dispatched_period is not None and keys[first] <= duty.last_dispatched_period:

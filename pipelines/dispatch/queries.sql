@@ -18,7 +18,8 @@
 -- name: read_page
 -- A backfill reads every dispatchable duty of the frequency.
 SELECT id, kind, frequency, timezone, lead_days, effective_from, effective_to, state,
-       complete_from, complete_through, CAST(CAST(d.xmin AS text) AS bigint), last_dispatched_period
+       complete_from, complete_through, CAST(CAST(d.xmin AS text) AS bigint), last_dispatched_period,
+       uuid_send(workspace_id)
 FROM duty d
 WHERE frequency = %(frequency)s AND kind = 'recurring' AND state = 'active' AND id > %(after)s
 ORDER BY id
@@ -40,7 +41,8 @@ LIMIT %(page_size)s;
 -- pauses and edits. A duty whose zone has no today is always read, so the planner can
 -- report it.
 SELECT id, kind, frequency, timezone, lead_days, effective_from, effective_to, state,
-       complete_from, complete_through, CAST(CAST(d.xmin AS text) AS bigint), last_dispatched_period
+       complete_from, complete_through, CAST(CAST(d.xmin AS text) AS bigint), last_dispatched_period,
+       uuid_send(workspace_id)
 FROM duty d
 CROSS JOIN LATERAL (
     SELECT CASE WHEN d.timezone = ANY(string_to_array(%(zones_0)s, ',')) THEN CAST(%(day_0)s AS date)
@@ -87,7 +89,7 @@ CREATE TEMPORARY TABLE IF NOT EXISTS offered_period (
 
 -- name: create_offered_duty
 CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
-    duty_id bigint, period_group int, first_index int, last_index int, version bigint
+    duty_id bigint, period_group int, first_index int, last_index int, version bigint, workspace bytea
 ) ON COMMIT DELETE ROWS;
 
 -- name: page_settings
@@ -112,7 +114,7 @@ COPY offered_period (period_group, period_index, period_key, period_start, due_d
 FROM STDIN (FORMAT BINARY);
 
 -- name: copy_offered_duties
-COPY offered_duty (duty_id, period_group, first_index, last_index, version) FROM STDIN (FORMAT BINARY);
+COPY offered_duty (duty_id, period_group, first_index, last_index, version, workspace) FROM STDIN (FORMAT BINARY);
 
 -- name: insert_new
 -- A page's tasks, written with their duties' marks in one statement.
@@ -298,22 +300,24 @@ WHERE NOT EXISTS (SELECT 1 FROM advanced a WHERE a.id = c.duty_id);
 -- period), and this UPDATE's row locks hold each of them, workspace included, until
 -- commit: the foreign key's lock, taken once per duty (the page vouches for it,
 -- page_settings). Their tasks then go in by copy_tasks, which PostgreSQL inserts a batch
--- at a time, with the workspace this returned: a duty deleted or moved to another
--- frequency before the UPDATE returns nothing and gets no task. A task that exists after
--- all (a racing writer's, or one whose duty's marks a tenant's lock kept back) makes
--- task_dispatch_identity refuse the COPY, and the page is written again by insert_careful. The workspace comes back as uuid_send's 16 bytes, the
--- COPY's binary field as it stands.
+-- at a time, with the workspace the page read: a duty moves only while its row still
+-- has it. The writer counts the rows moved: a duty deleted, moved to another frequency
+-- or workspace since the read moves none, and the page is written again by
+-- insert_careful, which takes each duty as it stands. So does a task that exists after
+-- all (a racing writer's, or one whose duty's marks a tenant's lock kept back), which
+-- task_dispatch_identity refuses in the COPY. Nothing is returned: a million
+-- duties' workspaces sent back and decoded cost more than the UPDATE (docs/perf.md).
 UPDATE duty d
 SET last_dispatched_period = greatest(d.last_dispatched_period, n.period_key),
     complete_from = CASE WHEN n.span_from IS NULL THEN d.complete_from
                          WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_from END,
     complete_through = CASE WHEN n.span_from IS NULL THEN d.complete_through
                             WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_through END
-FROM (SELECT o.duty_id, p.period_key, o.version, p.span_from, p.span_through
+FROM (SELECT o.duty_id, o.workspace, p.period_key, o.version, p.span_from, p.span_through
       FROM offered_duty o
       JOIN offered_period p ON p.period_group = o.period_group AND p.period_index = o.last_index) n
 WHERE d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
-RETURNING d.id, uuid_send(d.workspace_id);
+  AND uuid_send(d.workspace_id) = n.workspace;
 
 -- name: advance_settings
 -- The temporary tables have no statistics, so the planner expects a few hundred duties

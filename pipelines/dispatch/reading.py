@@ -41,7 +41,8 @@ def read_pages(engine: Engine, frequency: str, page_size: int, scheduled_at: dat
     after = 0
     while True:
         with engine.connect() as conn:
-            cursor = conn.connection.driver_connection.cursor()
+            # Binary results: a million rows' ints and dates decode in half the time of text.
+            cursor = conn.connection.driver_connection.cursor(binary=True)
             rows = cursor.execute(query, {**params, "after": after}).fetchall()
             conn.rollback()
         if rows:

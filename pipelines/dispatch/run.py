@@ -70,8 +70,6 @@ def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten
     made: Counter = Counter()
     if written.created is None:
         made.update(page_plan.offered)
-        for s in written.missed:
-            made[page_plan.timezone_of[s.duty_id]] -= s.last - s.first + 1
     else:
         for duty_id, n in written.created.items():
             made[page_plan.timezone_of[duty_id]] += n

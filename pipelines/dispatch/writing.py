@@ -14,7 +14,6 @@ a task."""
 import logging
 import random
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
@@ -22,8 +21,8 @@ from psycopg import errors as pg_errors
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from rota.pipelines.dispatch.binary_copy import encode_tasks
-from rota.pipelines.dispatch.planner import Plan, Slice
+from rota.pipelines.dispatch.binary_copy import encode_slices, encode_tasks
+from rota.pipelines.dispatch.planner import Plan
 from rota.resources.database.queries import queries
 
 log = logging.getLogger(__name__)
@@ -33,7 +32,6 @@ T = TypeVar("T")
 DEADLOCK_RETRIES = 8
 QUERIES = queries("rota.pipelines.dispatch")
 _PERIOD_TYPES = ["int4", "int4", "text", "date", "date", "date", "text", "text"]
-_SLICE_TYPES = ["int8", "int4", "int4", "int4", "int8"]
 # A partition's share of task_dispatch_identity is named after it (migration 0009), and a
 # duplicate is reported under the partition's name.
 IDENTITY = "task_dispatch_identity"
@@ -62,13 +60,16 @@ def _retrying_deadlocks(work: Callable[[], T]) -> tuple[T, int]:
     raise AssertionError("unreachable")
 
 
+class _ChangedSinceRead(Exception):
+    """The bulk path's UPDATE moved fewer duties than the page offers: some were deleted,
+    or moved to another frequency or workspace, since the page was read."""
+
+
 @dataclass
 class PageWritten:
-    # Per duty, the tasks made; None on the bulk path, which made every slice whole but
-    # those of `missed` (duties gone before its UPDATE).
+    # Per duty, the tasks made; None on the bulk path, which made every slice whole.
     created: dict[int, int] | None
     created_by_period: dict[str, int]
-    missed: list[Slice] = field(default_factory=list)
     deadlocks_retried: int = 0
     copied: bool = False
     written_again: bool = False
@@ -105,9 +106,7 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
                     for index in range(first, last + 1):
                         copy.write_row((group, index, *periods[index], *span))
             with cursor.copy(QUERIES["copy_offered_duties"]) as copy:
-                copy.set_types(_SLICE_TYPES)
-                for row in page_plan.slices:
-                    copy.write_row(row)
+                copy.write(encode_slices(page_plan.slices))
             # The page's frequency and id range let the duty lookups use duty_dispatch_scan_idx.
             bounds = {"frequency": frequency, "first_id": page_plan.slices[0].duty_id,
                       "last_id": page_plan.slices[-1].duty_id, "keys": keys}
@@ -115,7 +114,9 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
                 return _written_carefully(cursor.execute(QUERIES["insert_careful"], bounds).fetchall())
             if page_plan.after_dispatched:
                 cursor.execute(QUERIES["advance_settings"])
-                return _copy_tasks(cursor, page_plan, used, dict(cursor.execute(QUERIES["advance_new"], bounds).fetchall()))
+                if cursor.execute(QUERIES["advance_new"], bounds).rowcount < len(page_plan.slices):
+                    raise _ChangedSinceRead
+                return _copy_tasks(cursor, page_plan, used)
             rows = cursor.execute(QUERIES["insert_new"], bounds).fetchall()
             return PageWritten({duty_id: n for duty_id, key, n in rows if key is None},
                                {key: n for duty_id, key, n in rows if key is not None})
@@ -127,6 +128,11 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
             raise
         log.info("some of this page's tasks exist already (a racing writer's, or behind marks a lock kept "
                  "back); writing the page again around them")
+        written, retried = _retrying_deadlocks(lambda: work(careful=True))
+        written.written_again = True
+    except _ChangedSinceRead:
+        log.info("some of this page's duties were deleted or moved since the page was read; writing the page "
+                 "again as they stand")
         written, retried = _retrying_deadlocks(lambda: work(careful=True))
         written.written_again = True
     except pg_errors.LockNotAvailable:
@@ -170,17 +176,13 @@ def _all_offered_exist(engine: Engine, page_plan: Plan, keys: list[str]) -> bool
     return missing == 0
 
 
-def _copy_tasks(cursor, page_plan: Plan, used: dict[int, tuple[int, int]],
-                workspace_of: dict[int, bytes]) -> PageWritten:
-    """The bulk path's COPY: the tasks of every duty the page's UPDATE holds, in identity
-    order, each with the workspace that UPDATE read."""
-    data, missed = encode_tasks(page_plan, used, workspace_of)
+def _copy_tasks(cursor, page_plan: Plan, used: dict[int, tuple[int, int]]) -> PageWritten:
+    """The bulk path's COPY: the tasks of every duty of the page, which its UPDATE holds,
+    in identity order, each with the workspace the page read."""
     with cursor.copy(QUERIES["copy_tasks"]) as copy:
-        copy.write(data)
-    by_period = Counter({key: n for (key, outcome), n in page_plan.periods.items() if outcome == "offered"})
-    for s in missed:
-        by_period.subtract(period.key for period in page_plan.groups[s.group][s.first:s.last + 1])
-    return PageWritten(None, dict(by_period), missed, copied=True)
+        copy.write(encode_tasks(page_plan, used))
+    return PageWritten(None, {key: n for (key, outcome), n in page_plan.periods.items() if outcome == "offered"},
+                       copied=True)
 
 
 def ensure_partitions(engine: Engine, keys: list[str]) -> None:

@@ -5,6 +5,7 @@ import gc
 import logging
 import threading
 import time
+import uuid
 from datetime import date, timedelta
 
 import psycopg
@@ -12,9 +13,10 @@ import pytest
 from sqlalchemy import create_engine, text, update
 
 from rota.pipelines.dispatch import run as dispatch_run
-from rota.pipelines.dispatch.planner import Mode
+from rota.pipelines.dispatch.planner import Mode, plan
+from rota.pipelines.dispatch.reading import read_pages
 from rota.pipelines.dispatch.run import dispatch
-from rota.pipelines.dispatch.writing import ensure_partitions
+from rota.pipelines.dispatch.writing import ensure_partitions, write_plan
 from rota.pipelines.periods.calendar import (
     local_date,
     open_range,
@@ -324,9 +326,13 @@ def test_a_duty_deleted_while_its_tasks_are_being_written_leaves_no_orphan(datab
         assert check.execute(text("SELECT count(DISTINCT duty_id) FROM task")).scalar_one() == 49
 
 
+# The page's own lock_timeout (writing.py: a fast-path page gives up on a lock within
+# 100 ms) must not cut the hold short: the page would be written again meanwhile, and the
+# test would race the page it means to hold.
 _HOLD_PAGES = (
     """CREATE FUNCTION test_hold_page() RETURNS trigger LANGUAGE plpgsql AS $$
-       BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$""",
+       BEGIN PERFORM set_config('lock_timeout', '0', true); PERFORM pg_advisory_xact_lock_shared(4242);
+             RETURN NULL; END $$""",
     "CREATE TRIGGER zz_hold_page AFTER INSERT ON task FOR EACH STATEMENT EXECUTE FUNCTION test_hold_page()",
 )
 
@@ -370,6 +376,7 @@ def test_a_deletion_after_a_pages_write_waits_for_the_page_and_fails(database_ur
         deleter.join(timeout=60)
     holder.dispose()
     assert result["report"].total("created") == 1
+    assert result["report"].pages_written_again == 0  # the page held was the page that wrote
     assert "still has tasks" in outcome.get("error", ""), outcome
     with engine.connect() as check:
         assert check.execute(text(
@@ -487,3 +494,32 @@ def test_a_second_identical_backfill_writes_no_wal_and_takes_no_transaction_id(t
             assert _wal_since(admin, start, database_oid) == []
     finally:
         fresh.dispose()
+
+
+@pytest.mark.parametrize("change", ["moved", "deleted", "refrequenced"])
+def test_a_duty_changed_between_the_read_and_the_bulk_write_is_written_as_it_stands(engine, change):
+    """The bulk path writes tasks with the workspace the page read, and moves a duty only
+    while its row still has it; a duty changed since the read sends the page to
+    insert_careful, which takes every duty as it stands: no task names a workspace its
+    duty no longer has, and every other duty of the page gets its task."""
+    changed, other = add_duty(engine, frequency="monthly"), add_duty(engine, frequency="monthly")
+    requested = months("2026-08", "2026-08")
+    page = next(read_pages(engine, "monthly", 100))
+    page_plan = plan(page, frequency="monthly", mode=Mode.BACKFILL, as_of=parse_instant("2026-11-30T12:00:00Z"),
+                     requested=requested)
+    assert page_plan.after_dispatched
+    moved_to = uuid.uuid4()
+    with engine.begin() as conn:
+        conn.execute({
+            "moved": update(duty).where(duty.c.id == changed).values(workspace_id=moved_to),
+            "deleted": duty.delete().where(duty.c.id == changed),
+            "refrequenced": update(duty).where(duty.c.id == changed).values(frequency="weekly"),
+        }[change])
+    ensure_partitions(engine, [p.key for p in requested])
+    written = write_plan(engine, page_plan, "monthly")
+    assert written.written_again and not written.copied
+    with engine.connect() as conn:
+        tasks = dict(conn.execute(text("SELECT duty_id, workspace_id FROM task")).all())
+        workspaces = dict(conn.execute(text("SELECT id, workspace_id FROM duty")).all())
+    assert tasks == ({changed: moved_to, other: workspaces[other]} if change == "moved" else
+                     {other: workspaces[other]})
