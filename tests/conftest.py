@@ -42,7 +42,7 @@ EMBEDDED_ROLE = "rota_owner"
 
 
 class TestServer:
-    """The server the suite runs on: `rota_url` as rota's role (the privileges docs/guarantees.md lists
+    """The server the suite runs on: `rota_url` as rota's role (the privileges docs/deploy.md lists
     and no more), and `admin_url`, a superuser, or None when none was given.
 
     `ROTA_DATABASE_URL` names rota's role and a database it may connect to; `ROTA_ADMIN_URL`

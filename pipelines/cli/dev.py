@@ -28,6 +28,10 @@ run_coordinator:
   class: QueuedRunCoordinator
 telemetry:
   enabled: false
+# The UI's first-visit "Join the community" dialog, which stands between a new operator and
+# the catalog.
+nux:
+  enabled: false
 """
 
 

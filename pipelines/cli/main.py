@@ -146,7 +146,14 @@ def _command(commands, name: str, summary: str, details: str, environment: str =
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown after each option; the environment listed as written."""
+    """Defaults shown after each option that has one; the environment listed as written.
+    A switch says what it does, not its stored default: `--no-listen (default: True)`
+    read as listening being off."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.nargs == 0:
+            return action.help or ""
+        return super()._get_help_string(action)
 
 
 def main(argv: list[str] | None = None) -> int:

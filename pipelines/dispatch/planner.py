@@ -42,8 +42,9 @@ class DutyRow(NamedTuple):
     # it can go to the writer's bulk path (Plan.after_dispatched). Never a reason to skip.
     last_dispatched_period: str | None = None
     # The workspace as read (uuid_send's 16 bytes), which the bulk path writes its tasks
-    # with: its UPDATE moves a duty only while the row still has it.
-    workspace: bytes = b""
+    # with: its UPDATE moves a duty only while the row still has it. None (a row made by
+    # hand, not read) cannot be encoded, so it can never be written as a workspace.
+    workspace: bytes | None = None
 
 
 class TaskRow(NamedTuple):
@@ -77,7 +78,7 @@ class Slice(NamedTuple):
     first: int
     last: int
     version: int = 0
-    workspace: bytes = b""
+    workspace: bytes | None = None
 
 
 @dataclass

@@ -89,7 +89,7 @@ CREATE TEMPORARY TABLE IF NOT EXISTS offered_period (
 
 -- name: create_offered_duty
 CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
-    duty_id bigint, period_group int, first_index int, last_index int, version bigint, workspace bytea
+    duty_id bigint, period_group int, first_index int, last_index int, version bigint, workspace uuid
 ) ON COMMIT DELETE ROWS;
 
 -- name: page_settings
@@ -97,7 +97,9 @@ CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
 -- the default work_mem spills to disk (docs/perf.md). The page also vouches, for its own
 -- transaction only, that every task it inserts comes from a duty row its statement holds
 -- (the `locked` step of insert_new and insert_careful, or advance_new's row locks), so
--- task_duty_fkey_insert does not check them again.
+-- task_duty_fkey_insert does not check them again. On the bulk path that word rests on
+-- writing.py's _copy_tasks, which COPYs only when advance_new moved every duty of the
+-- page, each still in the workspace the COPY names.
 --
 -- lock_timeout bounds how long the page waits on a lock: a fast-path page gives up on a
 -- duty row a tenant holds (an open UPDATE, FOR UPDATE) within a moment and is written
@@ -191,9 +193,10 @@ SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key;
 
 -- name: insert_careful
 -- A page the fast path could not write: a racing writer made some of its tasks first
--- (task_dispatch_identity refused insert_new or the COPY), or a row it needed stayed locked
--- past the fast path's lock_timeout (page_settings). It waits on no duty row a tenant
--- holds:
+-- (task_dispatch_identity refused insert_new or the COPY), a row it needed stayed locked
+-- past the fast path's lock_timeout (page_settings), or advance_new found a duty deleted
+-- or moved since the page was read. It takes each duty as it stands and waits on no duty
+-- row a tenant holds:
 --
 -- `locked`: the foreign key's lock, FOR KEY SHARE, which only a transaction about to
 -- delete the duty or change its key conflicts with (FOR UPDATE, DELETE, a move); SKIP
@@ -305,8 +308,8 @@ WHERE NOT EXISTS (SELECT 1 FROM advanced a WHERE a.id = c.duty_id);
 -- or workspace since the read moves none, and the page is written again by
 -- insert_careful, which takes each duty as it stands. So does a task that exists after
 -- all (a racing writer's, or one whose duty's marks a tenant's lock kept back), which
--- task_dispatch_identity refuses in the COPY. Nothing is returned: a million
--- duties' workspaces sent back and decoded cost more than the UPDATE (docs/perf.md).
+-- task_dispatch_identity refuses in the COPY. Nothing is returned: a million duties'
+-- workspaces sent back and decoded cost 0.9 s of Python (docs/perf.md).
 UPDATE duty d
 SET last_dispatched_period = greatest(d.last_dispatched_period, n.period_key),
     complete_from = CASE WHEN n.span_from IS NULL THEN d.complete_from
@@ -317,7 +320,7 @@ FROM (SELECT o.duty_id, o.workspace, p.period_key, o.version, p.span_from, p.spa
       FROM offered_duty o
       JOIN offered_period p ON p.period_group = o.period_group AND p.period_index = o.last_index) n
 WHERE d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
-  AND uuid_send(d.workspace_id) = n.workspace;
+  AND d.workspace_id = n.workspace;
 
 -- name: advance_settings
 -- The temporary tables have no statistics, so the planner expects a few hundred duties

@@ -7,9 +7,10 @@ table, which filters out the rows that already exist, so a run that changes noth
 writes nothing, not even a consumed identity value. Both are the fast path, which waits
 on a lock only briefly (page_settings' lock_timeout). A page it could not write (a task
 a racing writer made first, refused by task_dispatch_identity; a duty row a tenant's
-open transaction holds) is written again by insert_careful, which skips what a tenant
-holds instead of waiting for it and reports it. The dispatcher never updates or deletes
-a task."""
+open transaction holds; a duty deleted or moved since the page was read) is written
+again by insert_careful, which takes each duty as it stands, skips what a tenant holds
+instead of waiting for it, and reports it. The dispatcher never updates or deletes a
+task."""
 
 import logging
 import random
@@ -114,9 +115,7 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
                 return _written_carefully(cursor.execute(QUERIES["insert_careful"], bounds).fetchall())
             if page_plan.after_dispatched:
                 cursor.execute(QUERIES["advance_settings"])
-                if cursor.execute(QUERIES["advance_new"], bounds).rowcount < len(page_plan.slices):
-                    raise _ChangedSinceRead
-                return _copy_tasks(cursor, page_plan, used)
+                return _copy_tasks(cursor, page_plan, used, cursor.execute(QUERIES["advance_new"], bounds).rowcount)
             rows = cursor.execute(QUERIES["insert_new"], bounds).fetchall()
             return PageWritten({duty_id: n for duty_id, key, n in rows if key is None},
                                {key: n for duty_id, key, n in rows if key is not None})
@@ -126,20 +125,17 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
     except pg_errors.UniqueViolation as error:  # the page's own cursor is psycopg's, unwrapped
         if not (error.diag.constraint_name or "").startswith(IDENTITY):
             raise
-        log.info("some of this page's tasks exist already (a racing writer's, or behind marks a lock kept "
-                 "back); writing the page again around them")
-        written, retried = _retrying_deadlocks(lambda: work(careful=True))
-        written.written_again = True
+        why = "some of its tasks exist already (a racing writer's, or behind marks a lock kept back)"
     except _ChangedSinceRead:
-        log.info("some of this page's duties were deleted or moved since the page was read; writing the page "
-                 "again as they stand")
-        written, retried = _retrying_deadlocks(lambda: work(careful=True))
-        written.written_again = True
+        why = "some of its duties were deleted or moved since the page was read"
     except pg_errors.LockNotAvailable:
-        log.info("a row this page needs stayed locked by another transaction for %s; writing the page again "
-                 "without waiting on it", FAST_PATH_LOCK_WAIT)
-        written, retried = _retrying_deadlocks(lambda: work(careful=True))
-        written.written_again = True
+        why = f"a row it needs stayed locked by another transaction for {FAST_PATH_LOCK_WAIT}"
+    else:
+        written.deadlocks_retried = retried
+        return written
+    log.info("writing the page again, as its duties stand and without waiting on a lock: %s", why)
+    written, retried = _retrying_deadlocks(lambda: work(careful=True))
+    written.written_again = True
     written.deadlocks_retried = retried
     return written
 
@@ -176,9 +172,14 @@ def _all_offered_exist(engine: Engine, page_plan: Plan, keys: list[str]) -> bool
     return missing == 0
 
 
-def _copy_tasks(cursor, page_plan: Plan, used: dict[int, tuple[int, int]]) -> PageWritten:
-    """The bulk path's COPY: the tasks of every duty of the page, which its UPDATE holds,
-    in identity order, each with the workspace the page read."""
+def _copy_tasks(cursor, page_plan: Plan, used: dict[int, tuple[int, int]], advanced: int) -> PageWritten:
+    """The bulk path's COPY: the tasks of every duty of the page, in identity order, each
+    with the workspace the page read. Only if advance_new moved every one of them: its row
+    locks, and its check that each duty still has the workspace the page read, are all
+    that vouch for these tasks (page_settings), so a page it did not move whole goes to
+    insert_careful instead."""
+    if advanced != len(page_plan.slices):
+        raise _ChangedSinceRead
     with cursor.copy(QUERIES["copy_tasks"]) as copy:
         copy.write(encode_tasks(page_plan, used))
     return PageWritten(None, {key: n for (key, outcome), n in page_plan.periods.items() if outcome == "offered"},

@@ -21,7 +21,7 @@ class ScheduledJob:
 class FirePlan:
     due: list[tuple[int, datetime]] = field(default_factory=list)
     # Fire times a live run found older than the catch-up window, owed since the job's
-    # scheduled_since: left for a backfill. Older ones were never owed and are not listed.
+    # scheduled_since: left for a backfill. Earlier ones were never owed and are not listed.
     stale: list[tuple[int, datetime]] = field(default_factory=list)
     unplannable: dict[int, str] = field(default_factory=dict)
 
@@ -34,10 +34,11 @@ def plan_fire_times(
     as_of: datetime,
     catch_up: timedelta | None,
 ) -> FirePlan:
-    """Every fire time in [start, end) of every job. With `catch_up` (live delivery),
-    fire times older than `as_of - catch_up` are set aside as stale instead of queued, or
-    dropped if the job did not yet owe them (a job registered at 14:37 missed nothing at
-    14:05); a backfill queues every fire time it is asked for."""
+    """Every fire time in [start, end) of every job. A backfill queues every fire time it
+    is asked for. Live delivery (with `catch_up`) queues only those the job owes, from its
+    scheduled_since on (a job registered at 03:01 owes nothing at 03:00, inside the
+    catch-up window too), and sets aside as stale the owed ones older than
+    `as_of - catch_up`."""
     result = FirePlan()
     oldest = as_of - catch_up if catch_up is not None else None
     for job in jobs:
@@ -47,9 +48,11 @@ def plan_fire_times(
             result.unplannable[job.id] = f"job {job.name!r}: {error}"
             continue
         for at in times:
+            if oldest is not None and at < job.scheduled_since:
+                continue
             if oldest is None or at >= oldest:
                 result.due.append((job.id, at))
-            elif at >= job.scheduled_since:
+            else:
                 result.stale.append((job.id, at))
     return result
 

@@ -1,5 +1,5 @@
 """The PostgreSQL people run: rota on databases and roles a DBA made, with the privileges
-docs/guarantees.md lists and no more, and no process working on a schema behind the migrations."""
+docs/deploy.md lists and no more, and no process working on a schema behind the migrations."""
 
 import os
 import signal

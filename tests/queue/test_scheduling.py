@@ -88,14 +88,15 @@ def test_live_delivery_leaves_stale_fire_times_for_a_visible_backfill(engine):
 
 def test_a_job_owes_no_fire_time_from_before_it_was_scheduled(engine):
     """A fresh install's first hour, or a job registered mid-hour: the fire times before it
-    were never owed, so the live run neither queues nor reports them; a backfill still
-    queues them when an operator asks."""
+    were never owed, so live delivery neither queues nor reports them, even inside the
+    catch-up window (issue 39: a job registered at 03:01:41 ran its 03:00); a backfill
+    still queues them when an operator asks."""
     register_job(engine, "every-ten", schedule="*/10 * * * *")
-    owed_since(engine, "every-ten", "2026-08-31T10:27:00Z")
-    live = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:40:00Z", live=True)
+    owed_since(engine, "every-ten", "2026-08-31T10:31:00Z")  # registered a minute after 10:30
+    live = materialize_hours("2026-08-31-10:00", "2026-08-31-10:00", as_of="2026-08-31T10:32:00Z", live=True)
     check = live.get_asset_check_evaluations()[0]
     assert check.passed and check.metadata["stale_not_queued"].value == 0
-    assert iso(t for _, t in queued(engine)) == ["2026-08-31T10:30Z", "2026-08-31T10:40Z", "2026-08-31T10:50Z"]
+    assert iso(t for _, t in queued(engine)) == ["2026-08-31T10:40Z", "2026-08-31T10:50Z"]
     with engine.begin() as conn:
         conn.execute(text("UPDATE job SET schedule = '*/20 * * * *' WHERE name = 'every-ten'"))
         moved = conn.execute(text("SELECT scheduled_since > '2026-12-01' FROM job WHERE name = 'every-ten'")).scalar()

@@ -62,7 +62,7 @@ def _debian_image(tag: str, packages: str, dockerfile: str, context: Path) -> No
 
 
 def _image(tmp_path: Path) -> float:
-    """Build deploy/Dockerfile as README says, on the mmdebstrap base, from wheels that pip
+    """Build deploy/Dockerfile as docs/deploy.md says, on the mmdebstrap base, from wheels that pip
     fetched on this machine (the build's own network has no index it could trust); returns
     the build's seconds."""
     _debian_image(BASE, "python3,python3-venv,ca-certificates,passwd", "FROM {base}\n", tmp_path / "base")

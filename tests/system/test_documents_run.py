@@ -82,6 +82,12 @@ def _run(block, cwd: Path, environment: dict, database_url: str) -> None:
                 pytest.fail(f"{block} failed: {error}")
 
 
+def test_the_documents_that_teach_by_example_are_run():
+    """A document whose every block came to say `tested-by`, or to be a file, would drop
+    out of the run below without a word."""
+    assert {ROOT / "README.md", ROOT / "docs" / "integrating.md", ROOT / "docs" / "operating.md"} <= set(RUNNABLE)
+
+
 @pytest.mark.parametrize("document", RUNNABLE, ids=[str(d.relative_to(ROOT)) for d in RUNNABLE])
 def test_the_documents_code_runs_as_written(document, database_url, tmp_path):
     environment = _environment(database_url, tmp_path)

@@ -13,7 +13,7 @@ from functools import cache
 import pytest
 import yaml
 
-from tests.documents import DOCUMENTS, LANGUAGES, ROOT, blocks, code, code_spans, links
+from tests.documents import DOCUMENTS, LANGUAGES, ROOT, blocks, code, code_spans, links, prose
 
 # A repository path a reader may be pointed to, with the test or function it names after `::`.
 _PATH = re.compile(r"(?<![\w./-])((?:pipelines|resources|schedules|sql|tests|deploy|docs|benchmarks|\.ci)"
@@ -68,11 +68,38 @@ def test_every_path_and_test_named_exists():
     assert wrong == []
 
 
+def _anchors(document) -> set[str]:
+    """The anchors GitHub gives a document's headings."""
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#+ (.+)$", prose(document), re.M)}
+
+
 def test_every_link_leads_somewhere():
-    wrong = [f"{document.relative_to(ROOT)}:{line}: {target}"
-             for document in DOCUMENTS for line, target in links(document)
-             if not target.startswith(("http://", "https://", "#"))
-             and not (document.parent / target.partition("#")[0]).exists()]
+    wrong = []
+    for document in DOCUMENTS:
+        for line, target in links(document):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = document.parent / path if path else document
+            if not linked.exists():
+                wrong.append(f"{document.relative_to(ROOT)}:{line}: {target} does not exist")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                wrong.append(f"{document.relative_to(ROOT)}:{line}: {linked.name} has no heading #{anchor}")
+    assert wrong == []
+
+
+def test_every_fence_is_one_the_tests_read():
+    """A fence the parser does not see (indented in a list, ~~~) would be neither run nor
+    checked."""
+    wrong = []
+    for document in DOCUMENTS:
+        seen = set()
+        for block in blocks(document):
+            seen.update({block.line, block.line + block.text.count("\n") + 1})
+        for number, line in enumerate(document.read_text().splitlines(), 1):
+            if re.match(r"\s*(```|~~~)", line) and number not in seen:
+                wrong.append(f"{document.relative_to(ROOT)}:{number}: {line.strip()}")
     assert wrong == []
 
 
