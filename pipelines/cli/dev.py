@@ -218,8 +218,11 @@ def dev(args: argparse.Namespace) -> int:
              f"(then every hour on the hour)")
         start(*python, "dagster_webserver", "-w", str(workspace), "-h", args.host, "-p", str(args.port))
         start(*python, "dagster._daemon", "run", "-w", str(workspace), "--log-level", args.log_level)
+        # Every worker claims every job's runs: one without the user's handlers would take
+        # their runs and fail them for want of one.
+        handlers = ["--handlers", args.handlers] if args.handlers else []
         for _ in range(args.workers):
-            start(*python, "rota.pipelines.cli", "worker")
+            start(*python, "rota.pipelines.cli", "worker", *handlers)
         say(f"database {database.url} (open a SQL prompt with: rota psql)")
         say(f"run logs: in the UI, and in {dagster_home / 'code-server.log'}")
         say(f"Dagster UI and daemon starting on http://{args.host}:{args.port}, {args.workers} "

@@ -64,7 +64,7 @@ def worker(args: argparse.Namespace) -> int:
     import threading
     from datetime import timedelta
 
-    from rota.pipelines.queue.handlers import BUILTIN_HANDLER_MODULES, load_handler_modules
+    from rota.pipelines.queue.handlers import BUILTIN_HANDLER_MODULES, HandlerModuleMissing, load_handler_modules
     from rota.pipelines.queue.worker import Worker
     from rota.pipelines.queue.worker_settings import WorkerSettings
 
@@ -74,7 +74,11 @@ def worker(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     modules = [m for m in (args.handlers or os.environ.get("ROTA_WORKER_HANDLERS", "")).split(",") if m]
-    load_handler_modules(BUILTIN_HANDLER_MODULES + modules)
+    try:
+        load_handler_modules(BUILTIN_HANDLER_MODULES + modules)
+    except HandlerModuleMissing as missing:
+        say(f"rota worker refused to start: {missing}")
+        return 2
     from rota.resources.database.engine import make_engine
 
     try:
@@ -176,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     dev_parser.add_argument("--host", default="127.0.0.1", help="the webserver's address")
     dev_parser.add_argument("--port", type=int, default=3000, help="the webserver's port")
     dev_parser.add_argument("--workers", type=int, default=1, help="`rota worker` processes to run")
+    dev_parser.add_argument("--handlers", help="comma-separated modules whose handlers its workers load, "
+                            "from the current directory (default: $ROTA_WORKER_HANDLERS)")
     dev_parser.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                             help="the daemon's log level (info: a line per sensor and schedule evaluation)")
     dev_parser.set_defaults(run=dev)

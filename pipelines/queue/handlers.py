@@ -3,6 +3,8 @@ job's name. A handler is a plain callable taking the claimed run and rota's engi
 
 import importlib
 import logging
+import os
+import sys
 from typing import Callable
 
 from sqlalchemy import Engine
@@ -26,10 +28,25 @@ def handler(job_name: str) -> Callable[[Handler], Handler]:
     return register
 
 
+class HandlerModuleMissing(ImportError):
+    """A module named to register handlers cannot be imported."""
+
+
 def load_handler_modules(modules: list[str]) -> None:
-    """Import modules whose `@handler` decorators register more handlers."""
+    """Import modules whose `@handler` decorators register more handlers, finding them from
+    the current directory too, as `python -m` would: `rota worker --handlers
+    myapp.handlers` is run from the project that holds `myapp/`, by a console script whose
+    own directory is the only one Python adds."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     for module in modules:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            if error.name is None or not module.startswith(error.name):
+                raise  # the module is there; something it imports is not
+            raise HandlerModuleMissing(f"no module {module!r} to load handlers from, from {os.getcwd()} or "
+                                       f"PYTHONPATH") from error
 
 
 @handler("noop")

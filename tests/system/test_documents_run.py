@@ -22,9 +22,11 @@ BIN = Path(sys.executable).parent
 
 
 def _environment(database_url: str, home: Path) -> dict:
+    """A reader's shell in their project: no PYTHONPATH (the project is the current
+    directory, as README's `rota worker --handlers myapp.handlers` is run)."""
     environment = {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", "ROTA_HOME")}
     return {**environment, "ROTA_DATABASE_URL": database_url, "ROTA_HOME": str(home / ".rota"),
-            "PYTHONPATH": str(home), "PATH": f"{BIN}{os.pathsep}{environment['PATH']}"}
+            "PATH": f"{BIN}{os.pathsep}{environment['PATH']}"}
 
 
 # A run the document made that is owed now: due, or already tried (a failed attempt waits
