@@ -13,7 +13,6 @@ import subprocess
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
-import psutil
 import pytest
 import yaml
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
@@ -71,8 +70,9 @@ class Deployment:
                                  "-m", "rota.pipelines.definitions", "--location-name", "rota"]),
                 ("daemon", ["-m", "dagster._daemon", "run", "-w", str(self.home / "workspace.yaml")])):
             log = open(self.home / f"{name}.log", "w")
+            # Each in its own process group, so a kill reaches all it started at one instant.
             self.processes[name] = subprocess.Popen([str(self.python), *command], cwd=cwd, env=self.env,
-                                                    stdout=log, stderr=subprocess.STDOUT)
+                                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             if name == "code-server":
                 wait_for(self.serving, 120, f"{self.name}'s code server")
 
@@ -85,12 +85,12 @@ class Deployment:
         return (self.home / f"{name}.log").read_text()[-3000:]
 
     def kill(self) -> None:
-        """SIGKILL, daemon and code server with everything they started."""
-        for process in self.processes.values():
-            tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
-            for member in tree:
-                member.send_signal(signal.SIGKILL)
-            psutil.wait_procs(tree, timeout=20)
+        """SIGKILL, daemon and code server with everything they started. The daemon goes
+        first: a daemon that outlived its code server by a moment would fail the runs it
+        was launching there, which is its own doing, not the kill's."""
+        for name in ("daemon", "code-server"):
+            os.killpg(self.processes[name].pid, signal.SIGKILL)
+            self.processes[name].wait(timeout=20)
 
     @contextmanager
     def instance(self):
@@ -118,9 +118,18 @@ class Deployment:
                     for r in instance.get_runs(RunsFilter(job_name=DISPATCH))]
 
     def failed_runs(self) -> list[str]:
+        """Its failed or canceled runs, each with what its failure events said."""
         with self.instance() as instance:
-            return [f"{r.job_name} {r.run_id}" for r in instance.get_runs(
-                RunsFilter(statuses=[DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]))]
+            return [f"{self.name}: {r.job_name} {r.run_id}: " + " | ".join(
+                        _failure(entry) for entry in instance.all_logs(r.run_id)
+                        if entry.dagster_event and entry.dagster_event.is_failure)
+                    for r in instance.get_runs(
+                        RunsFilter(statuses=[DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]))]
+
+
+def _failure(entry) -> str:
+    error = getattr(entry.dagster_event.event_specific_data, "error", None)
+    return f"{entry.message} {error.to_string() if error else ''}"
 
 
 def _created(instance: DagsterInstance, run_id: str) -> int:
