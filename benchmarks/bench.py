@@ -610,19 +610,19 @@ def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
     from dagster._core.storage.tags import (
         ASSET_PARTITION_RANGE_END_TAG,
         ASSET_PARTITION_RANGE_START_TAG,
-        SCHEDULE_NAME_TAG,
     )
 
     from rota.pipelines.definitions import defs
+    from rota.pipelines.dispatch.assets import MODE_TAG
 
     def through_dagster() -> None:
         for frequency in FREQUENCIES:
-            first, last = open_range(frequency, AS_OF, 30)
+            first, last = open_range(frequency, AS_OF, 0)
             name = f"{frequency}_tasks"
             result = materialize(
                 [defs.resolve_assets_def(name)], instance=DagsterInstance.ephemeral(),
                 tags={ASSET_PARTITION_RANGE_START_TAG: first.partition_key,
-                      ASSET_PARTITION_RANGE_END_TAG: last.partition_key, SCHEDULE_NAME_TAG: f"{name}_schedule"},
+                      ASSET_PARTITION_RANGE_END_TAG: last.partition_key, MODE_TAG: "scheduled"},
                 run_config={"ops": {name: {"config": {"as_of": AS_OF.isoformat()}}}},
             )
             if not result.success:
@@ -647,16 +647,16 @@ def case_tenant_lock(server_url: str, duties: int, repeat: int) -> list[Case]:
     from dagster._core.storage.tags import (
         ASSET_PARTITION_RANGE_END_TAG,
         ASSET_PARTITION_RANGE_START_TAG,
-        SCHEDULE_NAME_TAG,
     )
 
     from rota.pipelines.definitions import defs
+    from rota.pipelines.dispatch.assets import MODE_TAG
 
     url = fresh_database(server_url, "rota_bench_tenants")
     engine = create_engine(driver_url(url))
     load_duties(engine, duties, frequencies=[("daily", 1)], workspaces=50)
     locked = duties // 2
-    first, last = open_range("daily", AS_OF, 30)
+    first, last = open_range("daily", AS_OF, 0)
     outer = os.environ.get("ROTA_DATABASE_URL")
     os.environ["ROTA_DATABASE_URL"] = url
 
@@ -664,7 +664,7 @@ def case_tenant_lock(server_url: str, duties: int, repeat: int) -> list[Case]:
         result = materialize(
             [defs.resolve_assets_def("daily_tasks")], instance=DagsterInstance.ephemeral(),
             tags={ASSET_PARTITION_RANGE_START_TAG: first.partition_key,
-                  ASSET_PARTITION_RANGE_END_TAG: last.partition_key, SCHEDULE_NAME_TAG: "daily_tasks_schedule"},
+                  ASSET_PARTITION_RANGE_END_TAG: last.partition_key, MODE_TAG: "scheduled"},
             run_config={"ops": {"daily_tasks": {"config": {"as_of": AS_OF.isoformat()}}}},
         )
         if not result.success:

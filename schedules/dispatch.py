@@ -1,9 +1,12 @@
 """One dispatch schedule per task asset (one job cannot mix partitions definitions).
 
 Each tick requests exactly one run over one partition range: every period current
-anywhere on Earth at the tick, up to the period the largest active `lead_days` reaches
-from the latest local date. The run gets the tick as its `as_of`, so a re-execution
+anywhere on Earth at the tick. The run dispatches, beyond that range, the periods the
+largest active `lead_days` reaches (no partition shows them: they have begun nowhere).
+The run gets the tick as its `as_of` and the scheduled mode as a tag, so a re-execution
 stays a scheduled run as of the original tick."""
+
+from datetime import datetime
 
 from dagster import (
     AssetCheckKey,
@@ -17,18 +20,13 @@ from dagster import (
     schedule,
 )
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-from sqlalchemy import text
 
+from rota.pipelines.dispatch.assets import MODE_TAG
 from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK
+from rota.pipelines.dispatch.planner import Mode
 from rota.pipelines.periods.calendar import open_range
 from rota.pipelines.periods.partitions import DISPATCH_CRON, task_asset_name
 from rota.resources.database.schema import FREQUENCIES
-from rota.resources.postgres import PostgresResource
-from rota.resources.database.queries import queries
-
-QUERIES = queries("rota.schedules")
-
-_MAX_LEAD = text(QUERIES["max_lead"])
 
 
 def build_dispatch_job(frequency: str):
@@ -44,6 +42,21 @@ def build_dispatch_job(frequency: str):
 DISPATCH_JOBS = {frequency: build_dispatch_job(frequency) for frequency in FREQUENCIES}
 
 
+def scheduled_run_request(frequency: str, tick: datetime) -> RunRequest:
+    """The run a tick owes: scheduled, as of the tick, over the periods current at it."""
+    asset_name = task_asset_name(frequency)
+    first, last = open_range(frequency, tick, 0)
+    return RunRequest(
+        run_key=f"{asset_name}@{tick.isoformat()}",
+        run_config={"ops": {asset_name: {"config": {"as_of": tick.isoformat()}}}},
+        tags={
+            ASSET_PARTITION_RANGE_START_TAG: first.partition_key,
+            ASSET_PARTITION_RANGE_END_TAG: last.partition_key,
+            MODE_TAG: Mode.SCHEDULED.value,
+        },
+    )
+
+
 def build_dispatch_schedule(frequency: str) -> ScheduleDefinition:
     asset_name = task_asset_name(frequency)
 
@@ -55,19 +68,8 @@ def build_dispatch_schedule(frequency: str) -> ScheduleDefinition:
         default_status=DefaultScheduleStatus.RUNNING,
         description=f"Dispatches every open {frequency} period, in every duty's own timezone.",
     )
-    def dispatch_schedule(context: ScheduleEvaluationContext, database: PostgresResource):
-        tick = context.scheduled_execution_time
-        with database.engine().connect() as conn:
-            max_lead = conn.execute(_MAX_LEAD, {"frequency": frequency}).scalar_one()
-        first, last = open_range(frequency, tick, max_lead)
-        return RunRequest(
-            run_key=f"{asset_name}@{tick.isoformat()}",
-            run_config={"ops": {asset_name: {"config": {"as_of": tick.isoformat()}}}},
-            tags={
-                ASSET_PARTITION_RANGE_START_TAG: first.partition_key,
-                ASSET_PARTITION_RANGE_END_TAG: last.partition_key,
-            },
-        )
+    def dispatch_schedule(context: ScheduleEvaluationContext):
+        return scheduled_run_request(frequency, context.scheduled_execution_time)
 
     return dispatch_schedule
 

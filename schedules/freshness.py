@@ -7,42 +7,20 @@ for an hour, in its own zone (the scheduled-run rules as of an hour ago, checked
 schedule switched off all show here within the hour as a failed check naming duties and
 periods, whatever the runs themselves say.
 
-The dispatch jobs leave the check out. A backfill or a "Materialize" of a task asset
-plans it (Dagster adds every check of the selected assets), and the asset evaluates it
-there (`pipelines.dispatch.assets.freshness_verdict`): otherwise Dagster would record it skipped
-behind an asset that yields no output, and "Skipped" would hide its last result."""
+The check is one of the task asset's own (`pipelines.dispatch.assets`), selectable alone:
+this job runs it without dispatching, the dispatch jobs leave it out."""
 
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetChecksDefinition,
-    AssetSelection,
-    DefaultScheduleStatus,
-    ScheduleDefinition,
-    asset_check,
-    define_asset_job,
-)
+from dagster import AssetCheckKey, AssetKey, AssetSelection, DefaultScheduleStatus, ScheduleDefinition, \
+    define_asset_job
 
-from rota.pipelines.dispatch.assets import freshness_verdict
 from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK
 from rota.pipelines.periods.partitions import task_asset_name
 from rota.resources.database.schema import FREQUENCIES
-from rota.resources.postgres import PostgresResource
 
-
-def build_freshness_check(frequency: str) -> AssetChecksDefinition:
-    @asset_check(asset=task_asset_name(frequency), name=FRESHNESS_CHECK, blocking=False,
-                 description=f"Every eligible {frequency} duty has the task of the period it has been in "
-                             f"for an hour, in its own timezone.")
-    def freshness(context: AssetCheckExecutionContext, database: PostgresResource) -> AssetCheckResult:
-        return AssetCheckResult(**freshness_verdict(database.engine(), frequency, context.log))
-
-    return freshness
-
-
-FRESHNESS_CHECKS = [build_freshness_check(frequency) for frequency in FREQUENCIES]
 freshness_checks_job = define_asset_job(
-    "freshness_checks", selection=AssetSelection.checks(*FRESHNESS_CHECKS),
+    "freshness_checks",
+    selection=AssetSelection.checks(*(AssetCheckKey(AssetKey(task_asset_name(frequency)), FRESHNESS_CHECK)
+                                      for frequency in FREQUENCIES)),
     description="Checks that every eligible duty has its current period's task.")
 freshness_checks_schedule = ScheduleDefinition(
     name="freshness_checks_schedule", job=freshness_checks_job, cron_schedule="30 * * * *",

@@ -1,8 +1,5 @@
 -- The schedules' and sensors' statements (schedules/). Loaded by name
 -- (rota.resources.database.queries); SQLAlchemy `text()` parameters.
 
--- name: max_lead
-SELECT coalesce(max(lead_days), 0) FROM duty WHERE frequency = :frequency AND kind = 'recurring' AND state = 'active';
-
 -- name: jobs_fingerprint
 SELECT coalesce(md5(string_agg(concat_ws('|', id, schedule, timezone, enabled), ',' ORDER BY id)), '') FROM job WHERE schedule IS NOT NULL;

@@ -97,6 +97,9 @@ def _port_taken(host: str, port: int) -> bool:
     return False
 
 
+# Says which runs `rota dev` made itself, in the runs list where a schedule's name would be.
+STARTED_BY_TAG = "rota/started_by"
+
 WORKSPACE_YAML = """\
 # Written by `rota dev`: the webserver and the daemon share one code server, as in production.
 load_from:
@@ -131,29 +134,30 @@ def dispatch_once(now: datetime) -> int:
     a tick creates nothing (SPEC §4), so a restart only records five more runs. Returns the
     tasks created."""
     from croniter import croniter
-    from dagster import DagsterInstance, build_schedule_context
-    from dagster._core.storage.tags import SCHEDULE_NAME_TAG
+    from dagster import DagsterInstance
 
     from rota.pipelines.definitions import defs
     from rota.pipelines.periods.partitions import DISPATCH_CRON, task_asset_name
     from rota.resources.database.schema import FREQUENCIES
+    from rota.schedules.dispatch import DISPATCH_JOBS, scheduled_run_request
 
     tick = croniter(DISPATCH_CRON, now).get_prev(datetime)
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     created = 0
     with DagsterInstance.get() as instance:
         for frequency in FREQUENCIES:
-            schedule = defs.resolve_schedule_def(f"{task_asset_name(frequency)}_schedule")
-            with build_schedule_context(scheduled_execution_time=tick, resources=defs.resources,
-                                        instance=instance) as context:
-                [request] = schedule.evaluate_tick(context).run_requests
-            result = defs.resolve_job_def(schedule.job_name).execute_in_process(
+            # The tick's run, but not the schedule's: Dagster records no tick for it, so it
+            # is not tagged as one, and says where it came from instead.
+            request = scheduled_run_request(frequency, tick)
+            result = defs.resolve_job_def(DISPATCH_JOBS[frequency].name).execute_in_process(
                 instance=instance, run_config={**request.run_config, **quiet},
-                tags={**request.tags, SCHEDULE_NAME_TAG: schedule.name}, raise_on_error=False)
+                tags={**request.tags, STARTED_BY_TAG: "rota dev"}, raise_on_error=False)
             if not result.success:
                 raise Refused(f"the first dispatch of {frequency} tasks failed: see run {result.run_id} in the UI")
             created += sum(m.metadata["created"].value
                            for m in result.asset_materializations_for_node(task_asset_name(frequency)))
+            created += sum(o.metadata["created_ahead"].value
+                           for o in result.asset_observations_for_node(task_asset_name(frequency)))
     return created
 
 

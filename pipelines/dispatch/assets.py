@@ -1,9 +1,12 @@
 """The five task assets: each materialisation dispatches its partitions' periods.
 
 A thin shell: read the run's mode, instant and partition range, call the dispatcher
-(which reads, plans and writes), report what it did."""
+(which reads, plans and writes), report what it did: a materialization for each
+partition complete as of the run's instant, and one completeness result for each."""
 
+import warnings
 from datetime import datetime, timezone
+from typing import Iterator
 
 from dagster import (
     AssetCheckEvaluation,
@@ -12,24 +15,35 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
-    AssetsDefinition,
+    AssetKey,
     AssetMaterialization,
     AssetObservation,
+    AssetsDefinition,
+    AssetSpec,
     Failure,
     MetadataValue,
-    asset,
+    PreviewWarning,
+    multi_asset,
 )
-from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 
 from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK, Gaps, find_gaps, stale_periods
 from rota.pipelines.dispatch.planner import Mode
-from rota.pipelines.dispatch.run import DispatchReport, dispatch
+from rota.pipelines.dispatch.run import DispatchReport, dispatch, scheduled_reach
 from rota.pipelines.periods.as_of import AsOfConfig, run_instant
-from rota.pipelines.periods.calendar import period_from_partition_key, periods_between
+from rota.pipelines.periods.calendar import following, period_from_partition_key, periods_between
 from rota.pipelines.periods.partitions import SINGLE_RUN, TASK_PARTITIONS, task_asset_name
 from rota.resources.database.schema import FREQUENCIES
 from rota.resources.postgres import PostgresResource
 
+# A completeness result belongs to its partition, and only a partitioned check shows each
+# partition's own status (an unpartitioned one shows whichever was written last). Dagster
+# calls partitioned checks a preview; the pinned version is held to them by tests/dagster.
+warnings.filterwarnings("ignore", category=PreviewWarning, message=".*partitions_def.*AssetCheckSpec.*")
+
+# The run tag that makes a dispatch scheduled (SPEC §4): set by the schedules' run requests
+# and by `rota dev`'s first dispatch; a run without it (a backfill, a "Materialize") is a
+# backfill. Re-executions keep their run's tags, so a re-run tick stays scheduled.
+MODE_TAG = "rota/mode"
 COMPLETENESS_CHECK = "every_eligible_duty_has_one_task"
 
 
@@ -39,13 +53,6 @@ def _markdown(report: DispatchReport) -> str:
     for zone, counts in report.by_timezone().items():
         lines.append(f"| {zone} | " + " | ".join(str(counts.get(o, 0)) for o in outcomes) + " |")
     return "\n".join(lines)
-
-
-def dispatched(counts: dict[str, int]) -> bool:
-    """A period counts as dispatched when its tasks exist, or when nothing was due for it
-    because no duty was eligible; a period entirely beyond what a scheduled run at the
-    run's instant would create (only skips) was not dispatched."""
-    return counts["created"] + counts["existing"] > 0 or counts["skipped"] == 0
 
 
 def freshness_verdict(engine, frequency: str, log) -> dict:
@@ -60,114 +67,132 @@ def freshness_verdict(engine, frequency: str, log) -> dict:
 
 def build_task_asset(frequency: str) -> AssetsDefinition:
     name = task_asset_name(frequency)
+    key = AssetKey(name)
+    freshness = AssetCheckKey(key, FRESHNESS_CHECK)
+    partitions = TASK_PARTITIONS[frequency]
 
-    @asset(
+    # One op for the asset and both its checks, each selectable alone (can_subset): the
+    # dispatch jobs leave the freshness check out and the half-past job takes it alone,
+    # and a backfill or "Materialize" that takes all three runs no step that could be
+    # skipped behind an asset yielding no output.
+    @multi_asset(
         name=name,
-        partitions_def=TASK_PARTITIONS[frequency],
+        specs=[AssetSpec(
+            key, partitions_def=partitions, group_name="dispatch", kinds={"postgres"},
+            description=f"Tasks of {frequency} duties, one per duty and period, dispatched exactly once. "
+                        f"Partition key: the first day of the period ({PARTITION_KEY_NOTE[frequency]}).")],
+        check_specs=[
+            AssetCheckSpec(COMPLETENESS_CHECK, asset=key, partitions_def=partitions,
+                           description="every duty owed a task of this period as of the run's instant has exactly "
+                                       "one"),
+            AssetCheckSpec(FRESHNESS_CHECK, asset=key,
+                           description=f"Every eligible {frequency} duty has the task of the period it has been in "
+                                       f"for an hour, in its own timezone."),
+        ],
+        can_subset=True,
         backfill_policy=SINGLE_RUN,
-        # Materialisations are reported per partition, and only for periods dispatched:
-        # Dagster would otherwise mark every partition of the run's range materialized.
-        output_required=False,
-        check_specs=[AssetCheckSpec(COMPLETENESS_CHECK, asset=name,
-                                    description="every eligible duty has exactly one task per period")],
-        group_name="dispatch",
         # One dispatch run per frequency at a time where the instance limits pools (deploy/
         # dagster.yaml): overlapping runs would be correct, but would only wait on each other.
         pool=f"rota_dispatch_{frequency}",
-        kinds={"postgres"},
-        description=f"Tasks of {frequency} duties, one per duty and period, dispatched exactly once. "
-                    f"Partition key: the first day of the period ({PARTITION_KEY_NOTE[frequency]}).",
     )
     def task_asset(context: AssetExecutionContext, config: AsOfConfig, database: PostgresResource):
-        as_of = run_instant(config)
-        mode = Mode.SCHEDULED if SCHEDULE_NAME_TAG in context.run.tags else Mode.BACKFILL
-        key_range = context.partition_key_range
-        requested = periods_between(
-            period_from_partition_key(frequency, key_range.start),
-            period_from_partition_key(frequency, key_range.end),
-        )
-        report = dispatch(database.engine(), frequency=frequency, mode=mode, as_of=as_of,
-                          requested=requested, writers=database.dispatch_writers)
-        # From duty and task alone, not from what the run offered: a period the planner
-        # never offered is a gap here too.
-        gaps = find_gaps(database.engine(), frequency=frequency, mode=mode, as_of=as_of, requested=requested,
-                         parallel=database.dispatch_writers, held=report.held)
-        if gaps.count:
-            context.log.error("%s %s is incomplete: %s", mode.value, name, gaps.describe())
-        if report.held:
-            context.log.warning(
-                "duties given no task this run, their rows locked by another transaction (SELECT … FOR UPDATE, an "
-                "uncommitted DELETE or change of key): %d; the first run after that transaction ends makes their "
-                "tasks: duty ids %s", len(report.held), _ids(report.held))
-        if report.marks_deferred:
-            context.log.info(
-                "duties whose tasks were made but whose dispatch marks another transaction's lock kept back (an open "
-                "UPDATE, FOR SHARE): %d; a later run moves them: duty ids %s",
-                len(report.marks_deferred), _ids(report.marks_deferred))
-        context.log.info(
-            "%s %s as of %s over %s..%s: %d duties read (a scheduled run skips those earlier runs left "
-            "complete), created %d, existing %d, held %d, skipped %d, outside_window %d\n%s",
-            mode.value, name, as_of.isoformat(), report.first_period, report.last_period, report.duties_read,
-            report.total("created"), report.total("existing"), report.total("held"), report.total("skipped"),
-            report.total("outside_window"), _markdown(report),
-        )
-        if report.unplannable:
-            listed = "; ".join(f"duty {d}: {why}" for d, why in sorted(report.unplannable.items()))
-            raise Failure(
-                description=f"{len(report.unplannable)} duties could not be planned "
-                            f"(every other duty was dispatched): {listed}",
-                metadata={"unplannable_duty_ids": sorted(report.unplannable)},
-            )
-        # An hourly scheduled run covers every open period up to the largest lead: reporting
-        # each again would write millions of unchanged materialisations a year. It reports a
-        # period the first time it is dispatched and whenever it made tasks for it.
-        reported = context.instance.get_materialized_partitions(context.asset_key) if mode is Mode.SCHEDULED \
-            else set()
-        beyond, unchanged = [], 0
-        for period in requested:
-            counts = report.for_period(period.key)
-            if not dispatched(counts):
-                beyond.append(period.key)
-                if mode is Mode.BACKFILL:
-                    # Dagster has no status for a partition a run rightly left alone: its
-                    # backfill counts it failed. The partition itself says why.
-                    yield AssetObservation(asset_key=context.asset_key, partition=period.partition_key, metadata={
-                        "not_dispatched": NOT_YET, "period": period.key, "as_of": as_of.isoformat(), **counts})
-                continue
-            if counts["created"] == 0 and period.partition_key in reported:
-                unchanged += 1
-                continue
-            yield AssetMaterialization(
-                asset_key=context.asset_key, partition=period.partition_key,
-                metadata={"period": period.key, "mode": mode.value, "as_of": as_of.isoformat(), **counts},
-            )
-        if beyond and mode is Mode.BACKFILL:
-            context.log.info("not dispatched, beyond what a scheduled run as of %s creates: %s",
-                             as_of.isoformat(), ", ".join(beyond))
-        elif beyond:
-            # Duties whose tasks earlier runs made are not read again: these periods may
-            # well hold theirs, so the run claims nothing about them beyond what it read.
-            context.log.info("not reached by any duty this run read (duties that earlier runs left complete "
-                             "are not read again): %s", ", ".join(beyond))
-        if unchanged:
-            context.log.info("%d periods dispatched before and unchanged by this run: not reported again", unchanged)
-        # A run that plans the freshness check (a backfill, a "Materialize") gets its result
-        # here: its own step is skipped behind an asset that yields no output.
-        freshness = AssetCheckKey(context.asset_key, FRESHNESS_CHECK)
-        if freshness in context.job_def.asset_layer.asset_graph.asset_check_keys:
-            context.log_event(AssetCheckEvaluation(asset_key=context.asset_key, check_name=FRESHNESS_CHECK,
-                                                   **freshness_verdict(database.engine(), frequency, context.log)))
-        # Tasks of held duties are missing for a known reason and made by a later run: a
-        # warning, where a gap nobody can explain is an error.
-        yield AssetCheckResult(
-            check_name=COMPLETENESS_CHECK,
-            passed=not gaps.count and not gaps.held_count,
-            severity=AssetCheckSeverity.ERROR if gaps.count else AssetCheckSeverity.WARN,
-            description=gaps.describe() if gaps.count or gaps.held_count else None,
-            metadata=_gap_metadata(gaps),
-        )
+        if key in context.selected_asset_keys:
+            yield from _dispatch_partitions(context, frequency, run_instant(config), database)
+        if freshness in context.selected_asset_check_keys:
+            verdict = freshness_verdict(database.engine(), frequency, context.log)
+            if context.has_partition_key_range:
+                # Dagster plans an unpartitioned check once per partition of a partitioned
+                # run and shows each plan left unanswered as skipped: each gets the verdict.
+                for partition_key in context.partition_keys:
+                    yield AssetCheckEvaluation(asset_key=key, check_name=FRESHNESS_CHECK, partition=partition_key,
+                                               **verdict)
+            else:
+                yield AssetCheckResult(asset_key=key, check_name=FRESHNESS_CHECK, **verdict)
 
     return task_asset
+
+
+def _dispatch_partitions(context: AssetExecutionContext, frequency: str, as_of: datetime,
+                         database: PostgresResource) -> Iterator:
+    """Dispatch the run's partitions (and a scheduled run's lead periods past them), then
+    report each partition complete as of `as_of` as materialized and judge each one."""
+    key = context.asset_key
+    name = key.to_user_string()
+    mode = Mode.SCHEDULED if context.run.tags.get(MODE_TAG) == Mode.SCHEDULED.value else Mode.BACKFILL
+    key_range = context.partition_key_range
+    shown = periods_between(period_from_partition_key(frequency, key_range.start),
+                            period_from_partition_key(frequency, key_range.end))
+    requested = shown
+    if mode is Mode.SCHEDULED:
+        reach = scheduled_reach(database.engine(), frequency, as_of)
+        if reach > shown[-1]:
+            requested = shown + periods_between(following(shown[-1]), reach)
+    report = dispatch(database.engine(), frequency=frequency, mode=mode, as_of=as_of,
+                      requested=requested, writers=database.dispatch_writers)
+    # From duty and task alone, not from what the run offered: a period the planner
+    # never offered is a gap here too.
+    gaps = find_gaps(database.engine(), frequency=frequency, mode=mode, as_of=as_of, requested=requested,
+                     parallel=database.dispatch_writers, held=report.held)
+    if gaps.count:
+        context.log.error("%s %s is incomplete: %s", mode.value, name, gaps.describe())
+    if report.held:
+        context.log.warning(
+            "duties given no task this run, their rows locked by another transaction (SELECT … FOR UPDATE, an "
+            "uncommitted DELETE or change of key): %d; the first run after that transaction ends makes their "
+            "tasks: duty ids %s", len(report.held), _ids(report.held))
+    if report.marks_deferred:
+        context.log.info(
+            "duties whose tasks were made but whose dispatch marks another transaction's lock kept back (an open "
+            "UPDATE, FOR SHARE): %d; a later run moves them: duty ids %s",
+            len(report.marks_deferred), _ids(report.marks_deferred))
+    context.log.info(
+        "%s %s as of %s over %s..%s: %d duties read (a scheduled run skips those earlier runs left "
+        "complete), created %d, existing %d, held %d, skipped %d, outside_window %d\n%s",
+        mode.value, name, as_of.isoformat(), report.first_period, report.last_period, report.duties_read,
+        report.total("created"), report.total("existing"), report.total("held"), report.total("skipped"),
+        report.total("outside_window"), _markdown(report),
+    )
+    if report.unplannable:
+        listed = "; ".join(f"duty {d}: {why}" for d, why in sorted(report.unplannable.items()))
+        raise Failure(
+            description=f"{len(report.unplannable)} duties could not be planned "
+                        f"(every other duty was dispatched): {listed}",
+            metadata={"unplannable_duty_ids": sorted(report.unplannable)},
+        )
+    # An hourly scheduled run covers every period begun somewhere: reporting each again
+    # would write unchanged materialisations every hour. It reports a period the first
+    # time it is complete and whenever it made tasks for it.
+    reported = context.instance.get_materialized_partitions(key) if mode is Mode.SCHEDULED else set()
+    unchanged = 0
+    for period in shown:
+        counts = report.for_period(period.key)
+        own = gaps.of_period(period.key)
+        # A partition is materialized when every task owed as of `as_of` exists (none
+        # may be owed yet); one with a gap stays as it was and its check says why.
+        if not own.count and not own.held_count:
+            if counts["created"] == 0 and period.partition_key in reported:
+                unchanged += 1
+            else:
+                yield AssetMaterialization(
+                    asset_key=key, partition=period.partition_key,
+                    metadata={"period": period.key, "mode": mode.value, "as_of": as_of.isoformat(), **counts})
+        yield AssetCheckEvaluation(
+            asset_key=key, check_name=COMPLETENESS_CHECK, partition=period.partition_key,
+            passed=not own.count and not own.held_count,
+            # Tasks of held duties are missing for a known reason and made by a later run:
+            # a warning, where a gap nobody can explain is an error.
+            severity=AssetCheckSeverity.ERROR if own.count else AssetCheckSeverity.WARN,
+            description=own.describe() if own.count or own.held_count else None,
+            metadata=_gap_metadata(own))
+    if unchanged:
+        context.log.info("%d periods dispatched before and unchanged by this run: not reported again", unchanged)
+    ahead = {period.key: report.for_period(period.key) for period in requested[len(shown):]}
+    if any(counts["created"] for counts in ahead.values()):
+        # Periods that have begun nowhere have no partition; their tasks, made early for
+        # a lead window, are reported on the asset itself.
+        yield AssetObservation(asset_key=key, metadata={
+            "ahead": MetadataValue.json({k: c["created"] for k, c in ahead.items() if c["created"]}),
+            "created_ahead": sum(c["created"] for c in ahead.values()), "as_of": as_of.isoformat()})
 
 
 def _gap_metadata(gaps: Gaps) -> dict:
@@ -185,10 +210,6 @@ def _ids(duty_ids: set[int], shown: int = 50) -> str:
     listed = ", ".join(str(duty_id) for duty_id in sorted(duty_ids)[:shown])
     return listed + (f" and {len(duty_ids) - shown} more" if len(duty_ids) > shown else "")
 
-
-NOT_YET = ("beyond what a scheduled run creates at as_of: no duty has reached this period's start or its "
-           "visible_from (due date minus lead_days) in its own timezone yet. The hourly schedule creates its "
-           "tasks when one does; nothing is missing.")
 
 PARTITION_KEY_NOTE = {
     "daily": "the day itself",

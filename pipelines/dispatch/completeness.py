@@ -17,6 +17,7 @@ Either way a duty is judged only if it was already eligible at the instant judge
 that run nothing.
 """
 
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -40,12 +41,20 @@ QUERIES = queries("rota.pipelines.dispatch")
 class Gaps:
     """Missing (duty, period) pairs: `count` of them and the `first` few, less those of
     duties the run found held by another transaction, which are listed in `held` (the
-    first few) and counted in `held_count`."""
+    first few) and counted in `held_count`. `periods` and `held_periods` count both kinds
+    per period key."""
 
     count: int
     first: list[tuple[int, str]]
     held: list[tuple[int, str]] = field(default_factory=list)
     held_count: int = 0
+    periods: Counter = field(default_factory=Counter)
+    held_periods: Counter = field(default_factory=Counter)
+
+    def of_period(self, key: str) -> "Gaps":
+        """The gaps of one period alone."""
+        return Gaps(self.periods[key], [pair for pair in self.first if pair[1] == key],
+                    [pair for pair in self.held if pair[1] == key], self.held_periods[key])
 
     def describe(self) -> str:
         parts = []
@@ -59,6 +68,8 @@ class Gaps:
 
 
 def _listed(pairs: list[tuple[int, str]], count: int) -> str:
+    if not pairs:
+        return "the run's log names the first of the whole run"
     shown = ", ".join(f"duty {duty_id} has no task for {key}" for duty_id, key in pairs)
     return shown + (f" and {count - len(pairs)} more" if count > len(pairs) else "")
 
@@ -107,9 +118,11 @@ def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, re
             parts = list(pool.map(part, ranges))
     count = sum(rows[0][2] for rows in parts if rows)
     held_count = sum(rows[0][3] for rows in parts if rows)
-    found = sorted((duty_id, key) for rows in parts for duty_id, key, _, _ in rows)
+    found = sorted((duty_id, key) for rows in parts for duty_id, key, *_ in rows)
     return Gaps(count - held_count, [pair for pair in found if pair[0] not in held][:SHOWN],
-                [pair for pair in found if pair[0] in held][:SHOWN], held_count)
+                [pair for pair in found if pair[0] in held][:SHOWN], held_count,
+                sum((Counter(rows[0][4]) for rows in parts if rows), Counter()),
+                sum((Counter(rows[0][5]) for rows in parts if rows), Counter()))
 
 
 def stale_periods(engine: Engine, frequency: str, now: datetime) -> Gaps:

@@ -350,6 +350,11 @@ WHERE o.size <> (SELECT count(*) FROM task t
                  WHERE t.duty_id = o.duty_id AND t.period_key BETWEEN o.first_key AND o.last_key
                    AND t.period_key = ANY(%(keys)s));
 
+-- name: max_lead
+-- The longest lead of an active recurring duty of the frequency: how far past the periods
+-- begun somewhere on Earth a scheduled run dispatches.
+SELECT coalesce(max(lead_days), 0) FROM duty WHERE frequency = %s AND kind = 'recurring' AND state = 'active';
+
 -- name: id_range
 SELECT min(id), max(id) FROM duty WHERE frequency = %s;
 
@@ -366,8 +371,10 @@ SELECT min(id), max(id) FROM duty WHERE frequency = %s;
 -- names the run's keys as constants, which prune it to the partitions that can hold them.
 -- The duties the run found held by another transaction (%(held)s) come first and are
 -- counted apart: their gaps are known and waiting, not lost. The caller's LIMIT leaves room
--- for every held pair before the first others.
-SELECT d.id, c.period_key, count(*) OVER (), count(*) FILTER (WHERE d.id = ANY(CAST(%(held)s AS bigint[]))) OVER ()
+-- for every held pair before the first others. Every row also carries how many gaps each
+-- period has, apart and held: the periods the run may not report dispatched.
+WITH gaps AS MATERIALIZED (
+SELECT d.id, c.period_key, d.id = ANY(CAST(%(held)s AS bigint[])) AS held
 FROM duty d
 CROSS JOIN LATERAL (
     SELECT CASE WHEN d.timezone = ANY(string_to_array(%(zones_0)s, ',')) THEN CAST(%(day_0)s AS date)
@@ -392,15 +399,23 @@ WHERE d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active
   AND (d.effective_to IS NULL OR c.due_date <= d.effective_to)
   AND c.period_key BETWEEN %(first_key)s AND %(last_key)s
   AND found.one IS NULL
-ORDER BY d.id = ANY(CAST(%(held)s AS bigint[])) DESC, d.id
+)
+SELECT g.id, g.period_key, count(*) OVER (), count(*) FILTER (WHERE g.held) OVER (),
+       (SELECT json_object_agg(period_key, n) FROM (SELECT period_key, count(*) AS n FROM gaps
+                                                     WHERE NOT held GROUP BY period_key) k),
+       (SELECT json_object_agg(period_key, n) FROM (SELECT period_key, count(*) AS n FROM gaps
+                                                     WHERE held GROUP BY period_key) k)
+FROM gaps g
+ORDER BY g.held DESC, g.id
 LIMIT %(shown)s;
 
 -- name: backfill_gaps
 -- The completeness check after a backfill of the requested periods (keys, starts, dues)
 -- at %(as_of)s: every requested period of every eligible duty, due inside the duty's
 -- window, that a scheduled run at as_of would reach (its start or its visible_from on or
--- before the duty's today). Probed as in scheduled_gaps.
-SELECT d.id, p.period_key, count(*) OVER (), count(*) FILTER (WHERE d.id = ANY(CAST(%(held)s AS bigint[]))) OVER ()
+-- before the duty's today). Probed, and answered, as in scheduled_gaps.
+WITH gaps AS MATERIALIZED (
+SELECT d.id, p.period_key, d.id = ANY(CAST(%(held)s AS bigint[])) AS held
 FROM duty d
 CROSS JOIN LATERAL (
     SELECT CASE WHEN d.timezone = ANY(string_to_array(%(zones_0)s, ',')) THEN CAST(%(day_0)s AS date)
@@ -420,5 +435,12 @@ WHERE d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active
   AND (d.effective_to IS NULL OR p.due_date <= d.effective_to)
   AND (p.period_start <= z.today OR p.due_date - d.lead_days <= z.today)
   AND found.one IS NULL
-ORDER BY d.id = ANY(CAST(%(held)s AS bigint[])) DESC, d.id, p.period_key
+)
+SELECT g.id, g.period_key, count(*) OVER (), count(*) FILTER (WHERE g.held) OVER (),
+       (SELECT json_object_agg(period_key, n) FROM (SELECT period_key, count(*) AS n FROM gaps
+                                                     WHERE NOT held GROUP BY period_key) k),
+       (SELECT json_object_agg(period_key, n) FROM (SELECT period_key, count(*) AS n FROM gaps
+                                                     WHERE held GROUP BY period_key) k)
+FROM gaps g
+ORDER BY g.held DESC, g.id, g.period_key
 LIMIT %(shown)s;

@@ -15,8 +15,11 @@ from sqlalchemy.exc import OperationalError
 from rota.pipelines.dispatch.planner import DutyRow, Mode, Plan, plan
 from rota.pipelines.dispatch.reading import read_pages
 from rota.pipelines.dispatch.writing import PageWritten, ensure_partitions, write_plan
-from rota.pipelines.periods.calendar import Period, following
+from rota.pipelines.periods.calendar import Period, following, open_range
 from rota.resources.database.engine import DEFAULT_WRITERS
+from rota.resources.database.queries import queries
+
+QUERIES = queries("rota.pipelines.dispatch")
 
 DEFAULT_PAGE_SIZE = 20_000
 
@@ -97,6 +100,15 @@ def _held(page_plan: Plan, pairs: list[tuple[int, str]]) -> tuple[Counter, Count
     """The held tasks per timezone and per period."""
     by_timezone = Counter(page_plan.timezone_of[duty_id] for duty_id, _ in pairs)
     return by_timezone, Counter(key for _, key in pairs)
+
+
+def scheduled_reach(engine: Engine, frequency: str, as_of: datetime) -> Period:
+    """The last period a scheduled run at `as_of` may dispatch: the one the longest active
+    lead reaches from the latest local date on Earth."""
+    with engine.connect() as conn:
+        max_lead = conn.exec_driver_sql(QUERIES["max_lead"], (frequency,)).scalar_one()
+        conn.rollback()
+    return open_range(frequency, as_of, max_lead)[1]
 
 
 def _read_ahead(pages: Iterator[list[DutyRow]], reader: ThreadPoolExecutor) -> Iterator[list[DutyRow]]:

@@ -1,9 +1,12 @@
 """The one place each asset's partitions are defined (task keys as SPEC §3).
 
 Every partitions definition begins where rota's history starts (`pipelines.periods.history`):
-a fresh install shows no period from before it existed as missing. Task partitions
-reach far enough ahead for the longest lead window (366 days) in the easternmost zone
-(UTC+14): `end_offset` counts periods past the last complete one."""
+a fresh install shows no period from before it existed as missing. Task partitions end
+at the period that has begun somewhere on Earth: the one current in the easternmost
+zone (UTC+14), which is where the definitions' clock is kept. No partition lies in the
+future of every zone, so none is shown missing that nothing owes yet; the tasks a lead
+window makes ahead of that are a scheduled run's own, reported in its metadata
+(docs/operating.md, "Task partitions")."""
 
 import os
 import warnings
@@ -20,7 +23,7 @@ from dagster import (
     WeeklyPartitionsDefinition,
 )
 
-from rota.pipelines.periods.calendar import open_range
+from rota.pipelines.periods.calendar import LATEST_UTC_OFFSET, open_range
 from rota.pipelines.periods.history import history_start
 from rota.resources.database.schema import FREQUENCIES
 
@@ -44,18 +47,25 @@ def first_task_partition(frequency: str, start: datetime) -> str:
     return open_range(frequency, first_dispatch_tick(start), 0)[0].partition_key
 
 
+# The zone whose clock opens each period first (POSIX names count west positive).
+EASTERNMOST = "Etc/GMT-14"
+assert LATEST_UTC_OFFSET == timedelta(hours=14)
+
+
 def _task_partitions(start: datetime) -> dict:
     first = {frequency: first_task_partition(frequency, start) for frequency in FREQUENCIES}
+    # end_offset=1: the period in progress in that zone, one past the last one complete.
     return {
-        "daily": DailyPartitionsDefinition(start_date=first["daily"], end_offset=369),
+        "daily": DailyPartitionsDefinition(start_date=first["daily"], timezone=EASTERNMOST, end_offset=1),
         # ISO weeks start on Monday: partition keys are the Mondays.
-        "weekly": WeeklyPartitionsDefinition(start_date=first["weekly"], day_offset=1, end_offset=55),
-        "monthly": MonthlyPartitionsDefinition(start_date=first["monthly"], end_offset=15),
+        "weekly": WeeklyPartitionsDefinition(start_date=first["weekly"], day_offset=1, timezone=EASTERNMOST,
+                                             end_offset=1),
+        "monthly": MonthlyPartitionsDefinition(start_date=first["monthly"], timezone=EASTERNMOST, end_offset=1),
         "quarterly": TimeWindowPartitionsDefinition(
-            cron_schedule="0 0 1 */3 *", start=first["quarterly"], fmt="%Y-%m-%d", end_offset=7
+            cron_schedule="0 0 1 */3 *", start=first["quarterly"], fmt="%Y-%m-%d", timezone=EASTERNMOST, end_offset=1
         ),
         "yearly": TimeWindowPartitionsDefinition(
-            cron_schedule="0 0 1 1 *", start=first["yearly"], fmt="%Y-%m-%d", end_offset=4
+            cron_schedule="0 0 1 1 *", start=first["yearly"], fmt="%Y-%m-%d", timezone=EASTERNMOST, end_offset=1
         ),
     }
 

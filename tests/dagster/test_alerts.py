@@ -10,9 +10,10 @@ import psycopg
 import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, build_run_status_sensor_context, materialize
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG, SCHEDULE_NAME_TAG
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from sqlalchemy import select, update
 
+from rota.pipelines.dispatch.assets import MODE_TAG
 from rota.pipelines.definitions import defs
 from rota.pipelines.dispatch.completeness import find_gaps
 from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK, stale_periods
@@ -120,7 +121,7 @@ def test_the_freshness_check_shows_its_last_real_result_whatever_else_runs(engin
     assert (evaluated.run_id, evaluated.status) == (backfill.run_id, AssetCheckExecutionRecordStatus.SUCCEEDED)
 
     scheduled = defs.resolve_job_def("dispatch_monthly_tasks").execute_in_process(
-        instance=instance, tags={**tags, SCHEDULE_NAME_TAG: "monthly_tasks_schedule"})
+        instance=instance, tags={**tags, MODE_TAG: "scheduled"})
     assert scheduled.success
     assert _latest_freshness(instance, "monthly_tasks").run_id == backfill.run_id
 

@@ -2,30 +2,42 @@
 
 from datetime import date, datetime, timedelta, timezone
 
-from dagster import DagsterInstance, build_schedule_context, materialize
+from dagster import AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, build_schedule_context, materialize
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
-    SCHEDULE_NAME_TAG,
 )
 from sqlalchemy import text
 
 from rota.pipelines.definitions import defs
-from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK
+from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK, MODE_TAG
+from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK
 from rota.pipelines.periods.calendar import parse_instant
 from rota.resources.database.schema import FREQUENCIES
 from tests.helpers import add_duty, database_fingerprint, keys_by_duty, task_keys
 
 
-def run_asset(name, first, last, as_of=None, tags=None, raise_on_error=True):
+def run_asset(name, first, last, as_of=None, tags=None, raise_on_error=True, freshness=False):
+    """A run of one task asset over a partition range, as a backfill's run (as a scheduled
+    one with the mode tag); with its completeness check, and its freshness check if asked."""
     run_config = {"ops": {name: {"config": {"as_of": as_of}}}} if as_of else None
     return materialize(
         [defs.resolve_assets_def(name)],
+        selection=_selection(name, freshness),
         instance=DagsterInstance.ephemeral(),
         tags={ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last, **(tags or {})},
         run_config=run_config,
         raise_on_error=raise_on_error,
     )
+
+
+def _selection(name, freshness=False):
+    """The asset and its completeness check, as a dispatch job takes them; with the
+    freshness check too, as a backfill or "Materialize" does."""
+    selection = AssetSelection.assets(name)
+    if freshness:
+        return selection
+    return selection - AssetSelection.checks(AssetCheckKey(AssetKey(name), FRESHNESS_CHECK))
 
 
 def metadata(result, name):
@@ -48,17 +60,21 @@ def test_a_thirteen_month_backfill_is_one_run_and_a_second_inserts_nothing(engin
         plain: [f"{y}-{m:02d}" for y, m in [(2025, m) for m in range(8, 13)] + [(2026, m) for m in range(1, 9)]],
         closed: ["2025-08", "2025-09", "2025-10"],
     }
-    # One materialization per period dispatched, each counting its own period; 2026-09 and
-    # 2026-10 lie beyond what a run as of 2026-08-20 creates: reported, not materialized.
+    # One materialization per period complete as of the run, each counting its own period;
+    # 2026-09 and 2026-10 lie beyond what a run as of 2026-08-20 creates: nothing was owed
+    # yet, and they say so (skipped).
     partitions = by_partition(result, "monthly_tasks")
-    assert sorted(partitions) == [f"{y}-{m:02d}-01" for y, m in [(2025, m) for m in range(8, 13)]
-                                  + [(2026, m) for m in range(1, 9)]]
+    months = [f"{y}-{m:02d}-01" for y, m in [(2025, m) for m in range(8, 13)] + [(2026, m) for m in range(1, 11)]]
+    assert sorted(partitions) == months
     outcomes = ("created", "existing", "skipped", "outside_window")
     assert [partitions["2025-10-01"][o] for o in outcomes] == [2, 0, 0, 0]
     assert [partitions["2025-11-01"][o] for o in outcomes] == [1, 0, 0, 1]
+    assert [partitions["2026-09-01"][o] for o in outcomes] == [0, 0, 2, 0]
     assert partitions["2026-08-01"]["mode"] == "backfill"
+    # One completeness result per partition, each its own: none left planned and skipped.
     checks = result.get_asset_check_evaluations()
-    assert [(c.check_name, c.passed) for c in checks] == [(COMPLETENESS_CHECK, True)]
+    assert sorted((c.check_name, c.partition, c.passed) for c in checks) == [
+        (COMPLETENESS_CHECK, month, True) for month in months]
     before = database_fingerprint(engine)
     again = by_partition(run_asset("monthly_tasks", "2025-08-01", "2026-10-01", as_of="2026-08-20T00:00:00+02:00"),
                          "monthly_tasks")
@@ -67,21 +83,17 @@ def test_a_thirteen_month_backfill_is_one_run_and_a_second_inserts_nothing(engin
     assert database_fingerprint(engine) == before
 
 
-def test_a_range_entirely_beyond_the_runs_instant_is_not_shown_materialized(engine):
+def test_a_range_beyond_the_runs_instant_is_materialized_as_owing_nothing_yet(engine):
+    """A backfill's partition is done when every task owed as of the run exists, none
+    owed included: the backfill closes succeeded, and the counts say nothing was due."""
     add_duty(engine, timezone="UTC", lead_days=40)
     result = run_asset("monthly_tasks", "2027-01-01", "2027-03-01", as_of="2026-12-25T12:00:00Z")
     assert result.success
-    assert sorted(by_partition(result, "monthly_tasks")) == ["2027-01-01"]  # visible_from 2026-12-22
-    # The two left alone say why on their partitions (Dagster has no status for them).
-    observed = {e.event_specific_data.asset_observation.partition: e.event_specific_data.asset_observation.metadata
-                for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"}
-    assert sorted(observed) == ["2027-02-01", "2027-03-01"]
-    assert observed["2027-02-01"]["not_dispatched"].value.startswith("beyond what a scheduled run creates")
-    assert observed["2027-02-01"]["skipped"].value == 1
-    with engine.begin() as conn:
-        conn.execute(text("UPDATE duty SET state = 'archived'"))
-    empty = run_asset("monthly_tasks", "2027-02-01", "2027-02-01", as_of="2026-12-25T12:00:00Z")
-    assert sorted(by_partition(empty, "monthly_tasks")) == ["2027-02-01"]  # nothing was due: no duty
+    partitions = by_partition(result, "monthly_tasks")
+    assert sorted(partitions) == ["2027-01-01", "2027-02-01", "2027-03-01"]
+    assert partitions["2027-01-01"]["created"] == 1  # visible_from 2026-12-22
+    assert (partitions["2027-02-01"]["created"], partitions["2027-02-01"]["skipped"]) == (0, 1)
+    assert task_keys(engine) == ["2027-01"]
 
 
 def test_an_as_of_without_an_offset_fails_the_run_before_any_write(engine):
@@ -113,10 +125,12 @@ def scheduled_run(frequency, tick, instance=None):
         requests = schedule.evaluate_tick(context).run_requests
     assert len(requests) == 1
     request = requests[0]
+    assert request.tags[MODE_TAG] == "scheduled"
     result = materialize(
         [defs.resolve_assets_def(f"{frequency}_tasks")],
+        selection=_selection(f"{frequency}_tasks"),
         instance=instance or DagsterInstance.ephemeral(),
-        tags={**request.tags, SCHEDULE_NAME_TAG: schedule.name},
+        tags=request.tags,
         run_config=request.run_config,
     )
     return request, result
@@ -128,28 +142,37 @@ def test_a_schedule_tick_is_one_scheduled_run_as_of_the_tick(engine):
     add_duty(engine, timezone="UTC", state="paused", lead_days=300)
     tick = parse_instant("2026-08-31T20:00:00Z")
     request, result = scheduled_run("monthly", tick)
+    # The months begun somewhere on Earth at the tick (September in UTC+14): the lead's
+    # later months are dispatched without a partition.
     assert (request.tags[ASSET_PARTITION_RANGE_START_TAG], request.tags[ASSET_PARTITION_RANGE_END_TAG]) == (
-        "2026-08-01", "2026-10-01")
+        "2026-08-01", "2026-09-01")
     assert metadata(result, "monthly_tasks")["mode"] == "scheduled"
     assert metadata(result, "monthly_tasks")["as_of"] == tick.isoformat()
     assert keys_by_duty(engine) == {shanghai: ["2026-09"], los_angeles: ["2026-08", "2026-09"]}
 
 
 def test_an_hourly_run_reports_only_periods_it_changed_or_never_reported(engine):
-    """The event log grows with new work, not with hours: a scheduled run over a year of
-    open daily periods reports each once, then only the ones it made tasks for."""
+    """The event log grows with new work, not with hours: a scheduled run reports each
+    period begun somewhere once, then only the ones it made tasks for; the tasks a lead
+    makes for periods begun nowhere are reported on the asset, never as a partition."""
     add_duty(engine, frequency="daily", timezone="UTC", lead_days=300)
     instance = DagsterInstance.ephemeral()
     tick = parse_instant("2026-08-31T09:00:00Z")
     _, first = scheduled_run("daily", tick, instance)
-    assert len(by_partition(first, "daily_tasks")) == 302  # 2026-08-30 is still open west of UTC
+    # 2026-08-30 is still open west of UTC; 2026-09-01 has begun nowhere yet.
+    assert sorted(by_partition(first, "daily_tasks")) == ["2026-08-30", "2026-08-31"]
+    [ahead] = first.asset_observations_for_node("daily_tasks")
+    assert ahead.metadata["created_ahead"].value == 300 and "2027-06-27" in ahead.metadata["ahead"].value
     _, unchanged = scheduled_run("daily", tick + timedelta(minutes=20), instance)
     assert by_partition(unchanged, "daily_tasks") == {}
+    assert unchanged.asset_observations_for_node("daily_tasks") == []
     add_duty(engine, frequency="daily", timezone="UTC", lead_days=2)
     _, changed = scheduled_run("daily", tick + timedelta(minutes=40), instance)
-    assert sorted(by_partition(changed, "daily_tasks")) == ["2026-08-31", "2026-09-01", "2026-09-02"]
-    assert instance.get_materialized_partitions(defs.resolve_assets_def("daily_tasks").key) == set(
-        by_partition(first, "daily_tasks"))
+    assert sorted(by_partition(changed, "daily_tasks")) == ["2026-08-31"]
+    [ahead] = changed.asset_observations_for_node("daily_tasks")
+    assert sorted(ahead.metadata["ahead"].value) == ["2026-09-01", "2026-09-02"]
+    assert instance.get_materialized_partitions(defs.resolve_assets_def("daily_tasks").key) == {
+        "2026-08-30", "2026-08-31"}
 
 
 def test_a_scheduled_run_fills_no_gap_where_a_backfill_would(engine):
@@ -175,17 +198,3 @@ def test_every_frequency_schedule_runs(engine):
     }
 
 
-def test_a_run_calls_beyond_only_periods_that_have_no_task(engine):
-    """A duty whose tasks an earlier run made is not read again (the pre-filter), so a lead
-    week that a newer duty only skips still holds the older duty's task: the run never
-    logs it as not dispatched."""
-    early = add_duty(engine, frequency="weekly", timezone="UTC", lead_days=30)
-    tick = parse_instant("2026-11-20T12:00:00Z")
-    instance = DagsterInstance.ephemeral()
-    scheduled_run("weekly", tick, instance)
-    leads = [key for key in task_keys(engine, early) if key != "2026-W47"]
-    assert leads  # the early duty's lead weeks exist
-    add_duty(engine, frequency="weekly", timezone="UTC", lead_days=0)
-    _, result = scheduled_run("weekly", tick + timedelta(hours=1), instance)
-    said = [e.user_message for e in instance.all_logs(result.run_id) if "not dispatched" in e.user_message]
-    assert not any(key in message for key in leads for message in said), said

@@ -11,10 +11,9 @@ import pytest
 from sqlalchemy import create_engine, insert, text, update
 from sqlalchemy.exc import DBAPIError
 
-from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 
 from rota.pipelines.dispatch import run as dispatch_run
-from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK
+from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK, MODE_TAG
 from rota.pipelines.dispatch.planner import Mode, plan
 from rota.pipelines.dispatch.reading import read_pages
 from rota.pipelines.dispatch.run import dispatch
@@ -426,7 +425,7 @@ def test_the_check_sees_a_gap_a_moved_span_hid_from_a_scheduled_run(engine):
                      {"d": hidden})
     first, last = open_range("monthly", parse_instant("2026-12-10T12:00:00Z"), 0)
     result = run_asset("monthly_tasks", first.partition_key, last.partition_key, as_of="2026-12-10T12:00:00Z",
-                       tags={SCHEDULE_NAME_TAG: "monthly_tasks_schedule"})
+                       tags={MODE_TAG: "scheduled"})
     assert task_keys(engine, fine) == ["2026-12"] and task_keys(engine, hidden) == []
     evaluation = _check(result)
     assert not evaluation.passed

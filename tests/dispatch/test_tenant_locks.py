@@ -18,11 +18,10 @@ from dagster import AssetCheckSeverity, DagsterInstance, materialize
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
-    SCHEDULE_NAME_TAG,
 )
 
 from rota.pipelines.definitions import defs
-from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK
+from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK, MODE_TAG
 from rota.pipelines.dispatch.completeness import find_gaps
 from rota.pipelines.dispatch.planner import Mode
 from rota.pipelines.dispatch.run import dispatch
@@ -137,7 +136,7 @@ def test_a_scheduled_run_through_dagster_names_the_held_duty_in_its_log_and_chec
         [defs.resolve_assets_def("daily_tasks")], instance=instance, run_config={
             "ops": {"daily_tasks": {"config": {"as_of": AS_OF.isoformat()}}}},
         tags={ASSET_PARTITION_RANGE_START_TAG: partition, ASSET_PARTITION_RANGE_END_TAG: partition,
-              SCHEDULE_NAME_TAG: "daily_tasks_schedule"}))
+              MODE_TAG: "scheduled"}))
 
     assert result.success
     [check] = result.get_asset_check_evaluations()

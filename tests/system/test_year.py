@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from dagster import DagsterInstance, build_schedule_context, materialize
-from dagster._core.storage.tags import SCHEDULE_NAME_TAG
 from sqlalchemy import text
 
+from rota.pipelines.dispatch.assets import MODE_TAG
 from rota.pipelines.definitions import defs
 from rota.pipelines.dispatch.planner import Mode
 from rota.pipelines.dispatch.run import dispatch
@@ -121,7 +121,7 @@ def scheduled_run_through_dagster(frequency: str, tick: datetime) -> None:
     with build_schedule_context(scheduled_execution_time=tick, resources=defs.resources) as context:
         (request,) = schedule.evaluate_tick(context).run_requests
     result = materialize([defs.resolve_assets_def(f"{frequency}_tasks")], instance=DagsterInstance.ephemeral(),
-                         tags={**request.tags, SCHEDULE_NAME_TAG: schedule.name}, run_config=request.run_config)
+                         tags={**request.tags, MODE_TAG: "scheduled"}, run_config=request.run_config)
     assert result.success
 
 

@@ -5,9 +5,9 @@ from datetime import datetime, timezone
 import pytest
 
 from rota.pipelines.definitions import defs
-from rota.pipelines.periods.calendar import open_range
+from rota.pipelines.periods.calendar import following, open_range, period_from_partition_key
 from rota.pipelines.periods.partitions import TASK_PARTITIONS
-from rota.resources.database.schema import FREQUENCIES, MAX_LEAD_DAYS
+from rota.resources.database.schema import FREQUENCIES
 from rota.resources.postgres import PostgresResource, postgres_from_env
 
 
@@ -19,7 +19,7 @@ def test_the_definitions_load_with_every_asset_schedule_and_sensor():
     assert sorted(s.name for s in repository.schedule_defs) == sorted(
         [f"{f}_tasks_schedule" for f in FREQUENCIES] + ["nightly_maintenance_schedule", "freshness_checks_schedule"])
     assert sorted(s.name for s in repository.sensor_defs) == [
-        "backfill_outcome_sensor", "check_failure_alert_sensor", "event_dispatch_sensor", "github_issues_sensor", "job_queue_sensor",
+        "check_failure_alert_sensor", "event_dispatch_sensor", "github_issues_sensor", "job_queue_sensor",
         "run_failure_alert_sensor", "scheduled_runs_sensor"]
     # Every run names its job (the runs list's Target column).
     assert {s.name: s.job_name for s in repository.schedule_defs if s.name.endswith("_tasks_schedule")} == {
@@ -43,9 +43,13 @@ def test_the_dispatch_writer_count_comes_from_the_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("frequency", FREQUENCIES)
-def test_partitions_reach_the_longest_lead_in_the_easternmost_zone(frequency):
-    now = datetime.now(timezone.utc)
-    first, last = open_range(frequency, now, MAX_LEAD_DAYS)
+def test_task_partitions_end_at_the_period_begun_in_the_easternmost_zone(frequency):
+    """Every period current somewhere on Earth is a partition, and none that has begun nowhere."""
+    before = datetime.now(timezone.utc)
     partitions = TASK_PARTITIONS[frequency]
+    last = partitions.get_last_partition_key()
+    after = datetime.now(timezone.utc)
+    first, current = open_range(frequency, before, 0)
     assert partitions.has_partition_key(first.partition_key)
-    assert partitions.has_partition_key(last.partition_key), (last.partition_key, partitions.get_last_partition_key())
+    assert last in {current.partition_key, open_range(frequency, after, 0)[1].partition_key}
+    assert not partitions.has_partition_key(following(period_from_partition_key(frequency, last)).partition_key)
