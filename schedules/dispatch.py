@@ -24,8 +24,8 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from rota.pipelines.dispatch.assets import MODE_TAG
 from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK
 from rota.pipelines.dispatch.planner import Mode
-from rota.pipelines.periods.calendar import open_range
-from rota.pipelines.periods.partitions import DISPATCH_CRON, task_asset_name
+from rota.pipelines.periods.calendar import open_range, period_from_partition_key
+from rota.pipelines.periods.partitions import DISPATCH_CRON, TASK_PARTITIONS, task_asset_name
 from rota.resources.database.schema import FREQUENCIES
 
 
@@ -46,6 +46,10 @@ def scheduled_run_request(frequency: str, tick: datetime) -> RunRequest:
     """The run a tick owes: scheduled, as of the tick, over the periods current at it."""
     asset_name = task_asset_name(frequency)
     first, last = open_range(frequency, tick, 0)
+    # A tick just before the history start (`rota dev`'s first dispatch) may still see a
+    # period that lies before the first partition; nothing there is shown or owed.
+    history = period_from_partition_key(frequency, TASK_PARTITIONS[frequency].get_first_partition_key())
+    first = max(first, history)
     return RunRequest(
         run_key=f"{asset_name}@{tick.isoformat()}",
         run_config={"ops": {asset_name: {"config": {"as_of": tick.isoformat()}}}},

@@ -411,10 +411,13 @@ def test_the_scheduled_shortcut_creates_exactly_what_the_rules_create(engine):
 
 # ------------------------------------------------------------- the completeness check
 
-def _check(result):
-    [evaluation] = result.get_asset_check_evaluations()
-    assert evaluation.check_name == COMPLETENESS_CHECK
-    return evaluation
+def _checks(result):
+    """The run's completeness results, one per partition, by partition key."""
+    evaluations = result.get_asset_check_evaluations()
+    assert {e.check_name for e in evaluations} == {COMPLETENESS_CHECK}
+    by_partition = {e.partition: e for e in evaluations}
+    assert len(by_partition) == len(evaluations)
+    return by_partition
 
 
 def test_the_check_sees_a_gap_a_moved_span_hid_from_a_scheduled_run(engine):
@@ -427,10 +430,11 @@ def test_the_check_sees_a_gap_a_moved_span_hid_from_a_scheduled_run(engine):
     result = run_asset("monthly_tasks", first.partition_key, last.partition_key, as_of="2026-12-10T12:00:00Z",
                        tags={MODE_TAG: "scheduled"})
     assert task_keys(engine, fine) == ["2026-12"] and task_keys(engine, hidden) == []
-    evaluation = _check(result)
-    assert not evaluation.passed
+    [evaluation] = _checks(result).values()
+    assert not evaluation.passed and evaluation.partition == "2026-12-01"
     assert evaluation.description == f"1 missing: duty {hidden} has no task for 2026-12"
     assert evaluation.metadata["first_missing"].value == [[hidden, "2026-12"]]
+    assert result.asset_materializations_for_node("monthly_tasks") == []  # not done: not shown done
 
 
 def test_the_check_sees_a_gap_the_planner_never_offered_in_a_backfill(engine, monkeypatch):
@@ -444,8 +448,13 @@ def test_the_check_sees_a_gap_the_planner_never_offered_in_a_backfill(engine, mo
     with monkeypatch.context() as patched:
         patched.setattr(dispatch_run, "plan", forgetful_plan)
         result = run_asset("monthly_tasks", "2026-09-01", "2026-11-01", as_of="2026-12-10T12:00:00Z")
-    evaluation = _check(result)
-    assert not evaluation.passed and evaluation.metadata["missing"].value == 3
-    assert evaluation.metadata["first_missing"].value == [[dropped, "2026-09"], [dropped, "2026-10"],
-                                                           [dropped, "2026-11"]]
-    assert _check(run_asset("monthly_tasks", "2026-09-01", "2026-11-01", as_of="2026-12-10T12:00:00Z")).passed
+    # Each partition judged on its own, each naming its own gap, and none shown done.
+    evaluations = _checks(result)
+    assert sorted(evaluations) == ["2026-09-01", "2026-10-01", "2026-11-01"]
+    for partition, evaluation in evaluations.items():
+        assert not evaluation.passed and evaluation.metadata["missing"].value == 1
+        assert evaluation.metadata["first_missing"].value == [[dropped, partition[:7]]]
+    assert result.asset_materializations_for_node("monthly_tasks") == []
+    again = run_asset("monthly_tasks", "2026-09-01", "2026-11-01", as_of="2026-12-10T12:00:00Z")
+    assert all(e.passed for e in _checks(again).values()) and len(_checks(again)) == 3
+    assert len(again.asset_materializations_for_node("monthly_tasks")) == 3

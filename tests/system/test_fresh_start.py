@@ -16,6 +16,7 @@ import psutil
 import psycopg
 import pytest
 
+from rota.resources.database.schema import FREQUENCIES
 from tests.system.test_end_to_end import answers, free_port, graphql, wait_for
 from tests.system.test_package import installed
 from tests.system.test_project import ROOT, readme_commands
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.e2e
 
 PARTITIONS = """{ assetNodes { assetKey { path } partitionKeysByDimension { partitionKeys }
                                  partitionStats { numMaterialized numPartitions numFailed } } }"""
+STARTUP_RUNS = """{ runsOrError(filter: {tags: [{key: "rota/started_by", value: "rota dev"}]}) {
+                    ... on Runs { results { tags { key value } } } } }"""
 # What the harness sets for itself; a newcomer's shell has none of it.
 HARNESS_ONLY = ("ROTA_DATABASE_URL", "ROTA_ADMIN_URL", "ROTA_HOME", "ROTA_HISTORY_START", "DAGSTER_HOME",
                 "ROTA_DAGSTER_STORAGE_URL", "VIRTUAL_ENV", "PYTHONPATH")
@@ -105,6 +108,18 @@ def _check_demo_and_partitions(port: int, url: str, log: Path) -> None:
         assert stats["numFailed"] == 0, stats
         return 0 < stats["numMaterialized"] == stats["numPartitions"] <= 4
 
+    # Every task partition a person can see is done: the start-up dispatch made what is
+    # owed so far, and no partition lies where nothing is owed yet.
+    for frequency in FREQUENCIES:
+        [node] = [n for n in graphql(port, PARTITIONS, {})["assetNodes"]
+                  if n["assetKey"]["path"] == [f"{frequency}_tasks"]]
+        stats = node["partitionStats"]
+        assert stats["numFailed"] == 0 and 0 < stats["numMaterialized"] == stats["numPartitions"], (frequency, stats)
+    # Its runs say who started them, and none claims a schedule's tick it never had.
+    runs = graphql(port, STARTUP_RUNS, {})["runsOrError"]["results"]
+    tags = [{t["key"]: t["value"] for t in run["tags"]} for run in runs]
+    assert len(tags) == len(FREQUENCIES) and all(
+        t.get("rota/started_by") == "rota dev" and "dagster/schedule_name" not in t for t in tags), tags
     # The queue's hours since the install: the live sensor delivers each, none is missing.
     wait_for(every_hour_delivered, 240, "scheduled_runs to have every hour since the install", interval=3)
     said = log.read_text()
