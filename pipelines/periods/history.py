@@ -1,6 +1,6 @@
 """Where rota's history starts: one fact in the database (`rota_history`, written by the
 first `rota migrate`), read by every process that builds partitions, so none of them
-needs a setting to agree with the others.
+needs a setting to agree with the others. Beside it, the install, which nothing moves.
 
 Nothing before it was ever dispatched or delivered: a partition there would only show as
 missing. An operator who wants to backfill further back moves it earlier with
@@ -41,13 +41,24 @@ def move_history_start(connection: Connection, start: datetime) -> None:
     connection.execute(text(QUERIES["move_history_start"]), {"start": start})
 
 
-@lru_cache(maxsize=1)
 def history_start() -> datetime:
-    """This process's history start: read once from rota's database (ROTA_DATABASE_URL, or
-    the running embedded server), through the same checks every rota process makes."""
+    """This process's history start: where the task assets' partitions begin."""
+    return _history()[0]
+
+
+def installed_at() -> datetime:
+    """This process's install instant: where the queue's and nightly maintenance's partitions
+    begin. Nothing was queued or maintained before it, whatever the history start."""
+    return _history()[1]
+
+
+@lru_cache(maxsize=1)
+def _history() -> tuple[datetime, datetime]:
+    """Read once from rota's database (ROTA_DATABASE_URL, or the running embedded server),
+    through the same checks every rota process makes."""
     override = os.environ.get(OVERRIDE)
     if override:
-        return parse_history_start(override)
+        return parse_history_start(override), parse_history_start(override)
     from rota.resources.database.engine import make_engine
 
     try:
@@ -57,6 +68,7 @@ def history_start() -> datetime:
     engine = make_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            return read_history_start(connection)
+            return (read_history_start(connection),
+                    connection.execute(text(QUERIES["installed_at"])).scalar_one().astimezone(timezone.utc))
     finally:
         engine.dispose()

@@ -1,7 +1,9 @@
 """The one place each asset's partitions are defined (task keys as SPEC §3).
 
 Every partitions definition begins where rota's history starts (`pipelines.periods.history`):
-a fresh install shows no period from before it existed as missing. Task partitions end
+a fresh install shows no period from before it existed as missing. The task assets begin
+at the history start, which an operator may move back to backfill; the queue's and
+maintenance's at the install, which nothing moves. Task partitions end
 at the period that has begun somewhere on Earth: the one current in the easternmost
 zone (UTC+14), which is where the definitions' clock is kept. No partition lies in the
 future of every zone, so none is shown missing that nothing owes yet; the tasks a lead
@@ -24,7 +26,7 @@ from dagster import (
 )
 
 from rota.pipelines.periods.calendar import LATEST_UTC_OFFSET, open_range
-from rota.pipelines.periods.history import history_start
+from rota.pipelines.periods.history import history_start, installed_at
 from rota.resources.database.schema import FREQUENCIES
 
 # Single-run backfills are what make a selected range one run; Dagster still labels the
@@ -73,9 +75,11 @@ def _task_partitions(start: datetime) -> dict:
 HISTORY_START = history_start()
 TASK_PARTITIONS = _task_partitions(HISTORY_START)
 assert tuple(TASK_PARTITIONS) == FREQUENCIES
-# The queue's hours of fire times, and its maintenance nights (UTC).
-HOURLY = HourlyPartitionsDefinition(start_date=HISTORY_START.strftime("%Y-%m-%d-%H:00"), end_offset=2)
-NIGHTLY_PARTITIONS = DailyPartitionsDefinition(start_date=HISTORY_START.date().isoformat())
+# The queue's hours of fire times, and its maintenance nights (UTC), from the install: a
+# history start moved back to backfill tasks owes no fire time and no night before it.
+INSTALLED_AT = installed_at()
+HOURLY = HourlyPartitionsDefinition(start_date=INSTALLED_AT.strftime("%Y-%m-%d-%H:00"), end_offset=2)
+NIGHTLY_PARTITIONS = DailyPartitionsDefinition(start_date=INSTALLED_AT.date().isoformat())
 
 
 def task_asset_name(frequency: str) -> str:

@@ -232,12 +232,14 @@ source_cursor = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
-# One row: the instant this database's rota history starts (migration 0015). Partitions
-# begin there; `rota history-start` moves it.
+# One row: the instant this database's rota history starts (migration 0015), where task's
+# partitions begin (`rota history-start` moves it), and the install (migration 0020), where
+# the queue's and maintenance's begin (nothing moves it).
 rota_history = Table(
     "rota_history",
     metadata,
     Column("one_row", Boolean, primary_key=True, server_default=text("true")),
     Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("installed_at", DateTime(timezone=True), nullable=False),
     CheckConstraint("one_row", name="one_row"),
 )

@@ -80,6 +80,24 @@ def libpq_url(sqlalchemy_or_libpq_url: str) -> str:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+# The URL's query parameters that libpq also reads from its environment.
+_LIBPQ_QUERY_ENV = {"host": "PGHOST", "sslmode": "PGSSLMODE", "options": "PGOPTIONS",
+                    "application_name": "PGAPPNAME", "connect_timeout": "PGCONNECT_TIMEOUT"}
+
+
+def libpq_environment(url: str) -> dict[str, str]:
+    """The URL as libpq's environment variables (PGHOST, PGUSER, …), for a client whose own
+    options must be able to override it."""
+    parsed = make_url(url)
+    env = {"PGHOST": parsed.host, "PGPORT": parsed.port, "PGUSER": parsed.username,
+           "PGPASSWORD": parsed.password, "PGDATABASE": parsed.database}
+    for name, variable in _LIBPQ_QUERY_ENV.items():
+        value = parsed.query.get(name)
+        if value is not None:
+            env[variable] = value if isinstance(value, str) else ",".join(value)
+    return {key: str(value) for key, value in env.items() if value not in (None, "")}
+
+
 def driver_url(url: str, driver: str = "psycopg") -> URL:
     """A SQLAlchemy URL with an explicit driver.
 

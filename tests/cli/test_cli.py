@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from sqlalchemy import make_url
+
 ROTA = str(Path(sys.executable).parent / "rota")
 
 
@@ -43,6 +45,12 @@ def test_rota_psql_opens_rotas_database(database_url, tmp_path):
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0"
+    # psql's own options are psql's: -U takes another role on the same database.
+    done = subprocess.run([ROTA, "psql", "-U", "rota_app", "-At", "-c", "SELECT current_user, current_database()"],
+                          env=_env(tmp_path, ROTA_DATABASE_URL=database_url), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"rota_app|{make_url(database_url).database}"
 
 
 def test_rota_worker_starts_without_importing_dagster(database_url, tmp_path):

@@ -34,11 +34,11 @@ def _starts_seen_by_a_process(database_url: str) -> dict:
     return json.loads(done.stdout)
 
 
-def _recorded(url: str) -> datetime:
+def _recorded(url: str, column: str = "started_at") -> datetime:
     engine = create_engine(driver_url(url))
     try:
         with engine.connect() as conn:
-            return conn.execute(text("SELECT started_at FROM rota_history")).scalar_one().astimezone(timezone.utc)
+            return conn.execute(text(f"SELECT {column} FROM rota_history")).scalar_one().astimezone(timezone.utc)
     finally:
         engine.dispose()
 
@@ -53,6 +53,7 @@ def test_the_first_migration_records_the_start_and_every_process_reads_it(fresh_
     migrations.upgrade(url)
     started = _recorded(url)
     assert before - timedelta(seconds=5) <= started <= datetime.now(timezone.utc)
+    assert _recorded(url, "installed_at") == started
     seen = _starts_seen_by_a_process(url)
     assert seen["hourly"] == started.strftime("%Y-%m-%d-%H:00")
     assert seen["nightly"] == started.date().isoformat()
@@ -86,8 +87,12 @@ def test_rota_history_start_moves_it_and_a_new_process_backfills_from_there(data
     assert moved.returncode == 0, moved.stdout + moved.stderr
     assert "2024-01-01T00:00+00:00" in moved.stdout and "reload the code location" in moved.stdout
     seen = _starts_seen_by_a_process(database_url)
-    assert (seen["hourly"], seen["nightly"], seen["daily"], seen["monthly"], seen["yearly"]) == (
-        "2024-01-01-00:00", "2024-01-01", "2023-12-31", "2023-12-01", "2023-01-01")
+    assert (seen["daily"], seen["monthly"], seen["yearly"]) == ("2023-12-31", "2023-12-01", "2023-01-01")
+    # The queue's hours and the maintenance nights keep the install's start: no fire time
+    # and no night from before rota existed looks owed.
+    installed = _recorded(database_url, "installed_at")
+    assert installed > datetime(2024, 1, 2, tzinfo=timezone.utc)
+    assert (seen["hourly"], seen["nightly"]) == (installed.strftime("%Y-%m-%d-%H:00"), installed.date().isoformat())
     refused = subprocess.run([sys.executable, "-m", "rota.pipelines.cli", "history-start", "last tuesday"],
                              env={**env, "ROTA_DATABASE_URL": database_url}, capture_output=True, text=True,
                              timeout=60)

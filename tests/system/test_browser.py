@@ -22,6 +22,7 @@ from rota.pipelines.queue.jobs import register_job
 from rota.resources.database.server import ROTA_HOME_DEFAULT
 from tests.helpers import duty_values, insert_duties
 from tests.system.test_end_to_end import answers, graphql, start_rota_dev, wait_for
+from tests.system.test_fresh_start import PARTITIONS
 
 pytestmark = pytest.mark.e2e
 
@@ -33,6 +34,11 @@ BACKFILLS = "{ partitionBackfillsOrError { ... on PartitionBackfills { results {
 RUNS = """
 query Runs($id: String!) {
   runsOrError(filter: {tags: [{key: "dagster/backfill", value: $id}]}) { ... on Runs { results { status } } }
+}
+"""
+RUNS_TAGGED = """
+query Runs($key: String!, $value: String!) {
+  runsOrError(filter: {tags: [{key: $key, value: $value}]}) { ... on Runs { results { status } } }
 }
 """
 
@@ -94,6 +100,10 @@ def test_a_backfill_launched_by_clicking_succeeds_and_every_partition_shows_its_
 
     wait_for(lambda: answers(port) or process.poll() is not None, 120, "the Dagster webserver")
     assert process.poll() is None, log_path.read_text()[-4000:]
+    # The history moved back 400 days for the tasks only: the queue's hours and the
+    # maintenance nights still begin at the install, so none of their past looks owed.
+    stats = {n["assetKey"]["path"][0]: n["partitionStats"] for n in graphql(port, PARTITIONS, {})["assetNodes"]}
+    assert stats["scheduled_runs"]["numPartitions"] <= 4 and stats["nightly_maintenance"]["numPartitions"] <= 1, stats
     page = browser
     _open(page, port, "/assets/monthly_tasks?view=partitions", "1-monthly-before.png")
     # Only what `rota dev` dispatched at start, before these duties: the month current
@@ -150,6 +160,27 @@ def test_a_backfill_launched_by_clicking_succeeds_and_every_partition_shows_its_
 
     _open(page, port, "/assets/monthly_tasks?view=partitions", "4-monthly-after.png")
     assert (_count(page, "Materialized"), _count(page, "Missing"), _count(page, "Failed")) == (len(months), 0, 0)
+    # The catalog's row: every month materialized, none missing, failed or in progress.
+    page.goto(f"http://127.0.0.1:{port}/assets")
+    page.get_by_text("monthly_tasks").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(3000)
+    page.screenshot(path=str(SHOTS / "4-catalog.png"), full_page=True)
+    catalog = page.inner_text("body")
+    row = catalog[catalog.index("monthly_tasks\nmonthly_tasks"):catalog.index("nightly_maintenance\nnightly_maintenance")]
+    assert re.search(rf"\nAll\n0\n0\n0\n{len(months)} partitions", row), row
+    # The schedule page and the runs list agree: rota dev's first dispatch ran as the
+    # tick's run but says it was rota dev's, so no run claims a tick the page never had.
+    page.goto(f"http://127.0.0.1:{port}/locations/rota/schedules/monthly_tasks_schedule")
+    page.get_by_text("Latest tick").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(1500)
+    page.screenshot(path=str(SHOTS / "4-schedule.png"), full_page=True)
+    never = "Schedule has never run" in page.inner_text("body")
+    tagged = graphql(port, RUNS_TAGGED, {"key": "dagster/schedule_name", "value": "monthly_tasks_schedule"})
+    started = graphql(port, RUNS_TAGGED, {"key": "rota/started_by", "value": "rota dev"})
+    # (A top of the hour during the test is a real tick, on both.)
+    assert never == (tagged["runsOrError"]["results"] == []), (never, tagged)
+    assert len(started["runsOrError"]["results"]) == 5
+    _open(page, port, "/assets/monthly_tasks?view=partitions", "4-monthly-after.png")
     # A month no scheduled run ever creates (it is past everywhere): the backfill made it.
     past = reached[-3]
     page.get_by_text(past.partition_key, exact=True).first.click()
