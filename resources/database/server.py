@@ -28,16 +28,26 @@ ROTA_DATABASE = "rota"
 warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
+def _home_path() -> Path:
+    return Path(os.environ.get("ROTA_HOME") or Path.cwd() / ".rota").resolve()
+
+
 def rota_home() -> Path:
     """Where rota keeps its local state: ROTA_HOME, or `.rota/` in the current directory
     (never inside the installed package)."""
-    home = Path(os.environ.get("ROTA_HOME") or Path.cwd() / ".rota").resolve()
+    home = _home_path()
     home.mkdir(parents=True, exist_ok=True)
     return home
 
 
 def embedded_datadir() -> Path:
     return rota_home() / "pgdata"
+
+
+def existing_embedded_datadir() -> Path | None:
+    """The embedded server's data directory if one was ever made there, creating nothing."""
+    datadir = _home_path() / "pgdata"
+    return datadir if (datadir / "PG_VERSION").exists() else None
 
 
 def embedded_running(datadir: Path) -> bool:

@@ -53,6 +53,14 @@ def test_rota_psql_opens_rotas_database(database_url, tmp_path):
     assert done.stdout.strip() == f"rota_app|{make_url(database_url).database}"
 
 
+def test_rota_psql_where_rota_never_ran_says_so_and_makes_nothing(tmp_path):
+    done = subprocess.run([ROTA, "psql", "-c", "SELECT 1"], env=_env(tmp_path), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"no rota database in {tmp_path / 'home'}" in done.stdout and "ROTA_HOME" in done.stdout
+    assert not (tmp_path / "home").exists()
+
+
 def test_rota_worker_starts_without_importing_dagster(database_url, tmp_path):
     """A worker's start-up is paid again at every deploy and by every one of a fleet:
     its handlers and the queue need no Dagster, whose import alone costs more CPU than
