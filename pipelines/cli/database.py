@@ -6,8 +6,8 @@ from rota.resources.database.server import (
     database_name,
     embedded_datadir,
     embedded_running,
+    embedded_rota_url,
     ensure_database,
-    start_embedded,
     stop_embedded,
 )
 
@@ -27,7 +27,7 @@ class Database:
         if self.embedded:
             datadir = embedded_datadir()
             self.started_embedded = not embedded_running(datadir)
-            self.url = start_embedded(datadir)
+            self.url = embedded_rota_url(datadir)
             say(f"embedded PostgreSQL in {datadir}")
         try:
             if ensure_database(self.url):

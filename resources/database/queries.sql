@@ -23,3 +23,9 @@ SELECT 1 FROM pg_database WHERE datname = %s;
 
 -- name: database_makeable
 SELECT current_user, rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user;
+
+-- name: role_exists
+SELECT 1 FROM pg_roles WHERE rolname = %s;
+
+-- name: database_owner
+SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s;

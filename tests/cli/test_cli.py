@@ -9,6 +9,8 @@ from pathlib import Path
 
 from sqlalchemy import make_url
 
+from rota.resources.database.server import ensure_database, start_embedded, stop_embedded
+
 ROTA = str(Path(sys.executable).parent / "rota")
 
 
@@ -59,6 +61,20 @@ def test_rota_psql_where_rota_never_ran_says_so_and_makes_nothing(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"no rota database in {tmp_path / 'home'}" in done.stdout and "ROTA_HOME" in done.stdout
     assert not (tmp_path / "home").exists()
+
+
+def test_a_rota_home_from_an_earlier_rota_is_refused_saying_what_to_do(tmp_path):
+    """An earlier rota dev made its databases as the embedded server's superuser; this one
+    works as rota_owner and says so rather than half-working on them."""
+    datadir = tmp_path / "home" / "pgdata"
+    datadir.parent.mkdir()
+    ensure_database(start_embedded(datadir))  # the rota database, as the superuser made it
+    try:
+        done = subprocess.run([ROTA, "migrate"], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    finally:
+        stop_embedded(datadir)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "made by an earlier rota" in done.stdout and f"move {tmp_path / 'home'} away" in done.stdout
 
 
 def test_rota_worker_starts_without_importing_dagster(database_url, tmp_path):

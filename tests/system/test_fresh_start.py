@@ -88,6 +88,9 @@ def _check_demo_and_partitions(port: int, url: str, log: Path) -> None:
     with psycopg.connect(url) as conn:
         duties = conn.execute("SELECT count(*) FROM duty").fetchone()[0]
         started = conn.execute("SELECT started_at FROM rota_history").fetchone()[0]
+        # rota dev works as rota's owner, as on a server of your own, not as the superuser.
+        assert conn.execute("SELECT current_user, pg_get_userbyid(datdba) FROM pg_database "
+                            "WHERE datname = current_database()").fetchone() == ("rota_owner", "rota_owner")
         # Dispatched once at start: the tasks are there before the next top of the hour.
         tasks = conn.execute("SELECT count(DISTINCT duty_id) FROM task").fetchone()[0]
     assert duties == 3000 and tasks > 0
