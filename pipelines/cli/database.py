@@ -24,14 +24,16 @@ class Database:
         self.url = os.environ.get("ROTA_DATABASE_URL")
         self.embedded = not self.url
         self.started_embedded = False
-        if self.embedded:
-            datadir = embedded_datadir()
-            self.started_embedded = not embedded_running(datadir)
-            self.url = embedded_rota_url(datadir)
-            say(f"embedded PostgreSQL in {datadir}")
         try:
-            if ensure_database(self.url):
-                say(f"created the database {database_name(self.url)}")
+            if self.embedded:
+                datadir = embedded_datadir()
+                self.started_embedded = not embedded_running(datadir)
+                self.url, made = embedded_rota_url(datadir)
+                say(f"embedded PostgreSQL in {datadir}")
+            else:
+                made = [database_name(self.url)] if ensure_database(self.url) else []
+            for name in made:
+                say(f"created the database {name}")
         except BaseException:
             self.close()
             raise

