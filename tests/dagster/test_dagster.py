@@ -12,7 +12,8 @@ from sqlalchemy import text
 from rota.pipelines.definitions import defs
 from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK, MODE_TAG
 from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK
-from rota.pipelines.periods.calendar import parse_instant
+from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
+from rota.pipelines.periods.partitions import TASK_PARTITIONS
 from rota.resources.database.schema import FREQUENCIES
 from tests.helpers import add_duty, database_fingerprint, keys_by_duty, task_keys
 
@@ -198,3 +199,23 @@ def test_every_frequency_schedule_runs(engine):
     }
 
 
+
+
+def test_a_week_of_hourly_ticks_leaves_no_partition_it_shows_missing(engine):
+    """Every daily partition that has begun somewhere by a tick is materialized by that
+    tick's run, whoever owes it yet: a day that only Kiritimati has reached shows done,
+    owing nothing, and the run that later makes its tasks reports it again."""
+    for zone, lead in (("Europe/Berlin", 0), ("America/Los_Angeles", 2), ("Asia/Tokyo", 0)):
+        add_duty(engine, frequency="daily", timezone=zone, lead_days=lead)
+    instance = DagsterInstance.ephemeral()
+    first_tick = parse_instant("2026-11-02T00:00:00Z")
+    first = open_range("daily", first_tick, 0)[0]
+    for hour in range(7 * 24):
+        tick = first_tick + timedelta(hours=hour)
+        scheduled_run("daily", tick, instance)
+        # What the catalog shows at the tick: the partitions definition's keys then.
+        shown = {key for key in TASK_PARTITIONS["daily"].get_partition_keys(current_time=tick)
+                 if key >= first.partition_key}
+        assert shown == {p.partition_key for p in periods_between(first, open_range("daily", tick, 0)[1])}
+        materialized = instance.get_materialized_partitions(defs.resolve_assets_def("daily_tasks").key)
+        assert materialized == shown, (tick, sorted(shown - materialized))
