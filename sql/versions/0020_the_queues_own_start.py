@@ -4,8 +4,9 @@
 backfill tasks from before the install. The queue's fire times and the nightly
 maintenance had nothing before the install to do: moving their partitions with it made
 hundreds of hours and nights look owed. They now begin at the install, which nothing
-moves. A database whose history start was moved before this revision cannot tell its
-install apart: it takes the start as it stands.
+moves. A database whose history start was moved before this revision recorded no install:
+it is estimated as migration 0015 estimated the start, from the oldest duty or job,
+never before the start itself.
 
 Revision ID: 0020
 Revises: 0019
@@ -22,7 +23,11 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute("ALTER TABLE rota_history ADD COLUMN installed_at timestamptz")
-    op.execute("UPDATE rota_history SET installed_at = started_at")
+    op.execute("""
+        UPDATE rota_history
+        SET installed_at = greatest(started_at, least((SELECT min(created_at) FROM duty),
+                                                      (SELECT min(created_at) FROM job)))
+    """)
     op.execute("ALTER TABLE rota_history ALTER COLUMN installed_at SET NOT NULL")
 
 

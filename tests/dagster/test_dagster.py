@@ -219,3 +219,23 @@ def test_a_week_of_hourly_ticks_leaves_no_partition_it_shows_missing(engine):
         assert shown == {p.partition_key for p in periods_between(first, open_range("daily", tick, 0)[1])}
         materialized = instance.get_materialized_partitions(defs.resolve_assets_def("daily_tasks").key)
         assert materialized == shown, (tick, sorted(shown - materialized))
+
+
+def test_the_completeness_check_run_alone_judges_each_partition_and_writes_nothing(engine):
+    """The check's own "Execute": each partition of the run judged from duty and task as
+    of now, nothing dispatched, nothing left planned."""
+    duty_id = add_duty(engine, frequency="monthly", timezone="UTC")
+    name = "monthly_tasks"
+    check = AssetSelection.checks(AssetCheckKey(AssetKey(name), COMPLETENESS_CHECK))
+    result = materialize([defs.resolve_assets_def(name)], selection=check, instance=DagsterInstance.ephemeral(),
+                         tags={ASSET_PARTITION_RANGE_START_TAG: "2026-08-01", ASSET_PARTITION_RANGE_END_TAG: "2026-09-01"})
+    assert result.success and task_keys(engine) == []
+    assert result.asset_materializations_for_node(name) == []
+    evaluations = {e.partition: e for e in result.get_asset_check_evaluations()}
+    assert sorted(evaluations) == ["2026-08-01", "2026-09-01"]
+    assert not evaluations["2026-08-01"].passed
+    assert evaluations["2026-08-01"].metadata["first_missing"].value == [[duty_id, "2026-08"]]
+    run_asset(name, "2026-08-01", "2026-09-01")
+    again = materialize([defs.resolve_assets_def(name)], selection=check, instance=DagsterInstance.ephemeral(),
+                        tags={ASSET_PARTITION_RANGE_START_TAG: "2026-08-01", ASSET_PARTITION_RANGE_END_TAG: "2026-09-01"})
+    assert all(e.passed for e in again.get_asset_check_evaluations())

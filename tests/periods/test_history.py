@@ -97,3 +97,6 @@ def test_rota_history_start_moves_it_and_a_new_process_backfills_from_there(data
                              env={**env, "ROTA_DATABASE_URL": database_url}, capture_output=True, text=True,
                              timeout=60)
     assert refused.returncode == 2 and "must be a UTC date or instant" in refused.stdout, refused.stdout + refused.stderr
+    future = subprocess.run([sys.executable, "-m", "rota.pipelines.cli", "history-start", "2999-01-01"],
+                            env={**env, "ROTA_DATABASE_URL": database_url}, capture_output=True, text=True, timeout=60)
+    assert future.returncode == 2 and "is in the future" in future.stdout, future.stdout + future.stderr
