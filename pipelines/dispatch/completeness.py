@@ -83,7 +83,7 @@ def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, re
               # Held pairs come first: room for all of them, then SHOWN others.
               "shown": SHOWN + len(held) * len(requested), "held": sorted(held)}
     if mode is Mode.SCHEDULED:
-        query = QUERIES["scheduled_gaps"]
+        gaps = QUERIES["scheduled_gaps"]
         # A scheduled run is judged on each duty's current period only: the keys current
         # somewhere on Earth at `as_of`, within the run's range. The lead periods of the
         # range would only widen every probe to partitions no current key lies in.
@@ -91,9 +91,10 @@ def find_gaps(engine: Engine, *, frequency: str, mode: Mode, as_of: datetime, re
         params.update(first_key=max(requested[0].key, current_first.key),
                       last_key=min(requested[-1].key, current_last.key))
     else:
-        query = QUERIES["backfill_gaps"]
+        gaps = QUERIES["backfill_gaps"]
         params.update(keys=[p.key for p in requested], starts=[p.start for p in requested],
                       dues=[p.end for p in requested])
+    query = QUERIES["gaps_answered"].replace("/* gaps */", gaps.rstrip().rstrip(";"))
     with engine.connect() as conn:
         lo, hi = conn.exec_driver_sql(QUERIES["id_range"], (frequency,)).one()
         conn.rollback()

@@ -358,6 +358,20 @@ SELECT coalesce(max(lead_days), 0) FROM duty WHERE frequency = %s AND kind = 're
 -- name: id_range
 SELECT min(id), max(id) FROM duty WHERE frequency = %s;
 
+-- name: gaps_answered
+-- What either check below answers, its gaps standing in for /* gaps */: the first few
+-- (duty, period) pairs, held ones first, with the counts of both kinds, and on every row
+-- how many gaps each period has, apart and held: the periods a run may not report done.
+WITH gaps AS MATERIALIZED (/* gaps */)
+SELECT g.id, g.period_key, count(*) OVER (), count(*) FILTER (WHERE g.held) OVER (),
+       (SELECT json_object_agg(period_key, n) FROM (SELECT period_key, count(*) AS n FROM gaps
+                                                     WHERE NOT held GROUP BY period_key) k),
+       (SELECT json_object_agg(period_key, n) FROM (SELECT period_key, count(*) AS n FROM gaps
+                                                     WHERE held GROUP BY period_key) k)
+FROM gaps g
+ORDER BY g.held DESC, g.id, g.period_key
+LIMIT %(shown)s;
+
 -- name: scheduled_gaps
 -- The completeness check after a scheduled run at %(as_of)s, over one duty id range: every
 -- eligible duty (active, recurring, of the frequency, with a today) whose today lies in
@@ -371,9 +385,7 @@ SELECT min(id), max(id) FROM duty WHERE frequency = %s;
 -- names the run's keys as constants, which prune it to the partitions that can hold them.
 -- The duties the run found held by another transaction (%(held)s) come first and are
 -- counted apart: their gaps are known and waiting, not lost. The caller's LIMIT leaves room
--- for every held pair before the first others. Every row also carries how many gaps each
--- period has, apart and held: the periods the run may not report dispatched.
-WITH gaps AS MATERIALIZED (
+-- for every held pair before the first others (gaps_answered).
 SELECT d.id, c.period_key, d.id = ANY(CAST(%(held)s AS bigint[])) AS held
 FROM duty d
 CROSS JOIN LATERAL (
@@ -398,23 +410,13 @@ WHERE d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active
   AND (d.effective_from IS NULL OR d.effective_from <= c.due_date)
   AND (d.effective_to IS NULL OR c.due_date <= d.effective_to)
   AND c.period_key BETWEEN %(first_key)s AND %(last_key)s
-  AND found.one IS NULL
-)
-SELECT g.id, g.period_key, count(*) OVER (), count(*) FILTER (WHERE g.held) OVER (),
-       (SELECT json_object_agg(period_key, n) FROM (SELECT period_key, count(*) AS n FROM gaps
-                                                     WHERE NOT held GROUP BY period_key) k),
-       (SELECT json_object_agg(period_key, n) FROM (SELECT period_key, count(*) AS n FROM gaps
-                                                     WHERE held GROUP BY period_key) k)
-FROM gaps g
-ORDER BY g.held DESC, g.id
-LIMIT %(shown)s;
+  AND found.one IS NULL;
 
 -- name: backfill_gaps
 -- The completeness check after a backfill of the requested periods (keys, starts, dues)
 -- at %(as_of)s: every requested period of every eligible duty, due inside the duty's
 -- window, that a scheduled run at as_of would reach (its start or its visible_from on or
--- before the duty's today). Probed, and answered, as in scheduled_gaps.
-WITH gaps AS MATERIALIZED (
+-- before the duty's today). Probed as in scheduled_gaps, answered by gaps_answered.
 SELECT d.id, p.period_key, d.id = ANY(CAST(%(held)s AS bigint[])) AS held
 FROM duty d
 CROSS JOIN LATERAL (
@@ -434,13 +436,4 @@ WHERE d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active
   AND (d.effective_from IS NULL OR d.effective_from <= p.due_date)
   AND (d.effective_to IS NULL OR p.due_date <= d.effective_to)
   AND (p.period_start <= z.today OR p.due_date - d.lead_days <= z.today)
-  AND found.one IS NULL
-)
-SELECT g.id, g.period_key, count(*) OVER (), count(*) FILTER (WHERE g.held) OVER (),
-       (SELECT json_object_agg(period_key, n) FROM (SELECT period_key, count(*) AS n FROM gaps
-                                                     WHERE NOT held GROUP BY period_key) k),
-       (SELECT json_object_agg(period_key, n) FROM (SELECT period_key, count(*) AS n FROM gaps
-                                                     WHERE held GROUP BY period_key) k)
-FROM gaps g
-ORDER BY g.held DESC, g.id, g.period_key
-LIMIT %(shown)s;
+  AND found.one IS NULL;
