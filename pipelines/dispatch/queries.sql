@@ -7,6 +7,10 @@
 -- %(key_format)s to_char's format of a period key. Dates are cast to `timestamp` so no
 -- session TimeZone takes part in the calendar arithmetic.
 --
+-- Pieces several statements share are fragments, spliced into each where it names them
+-- (rota.resources.database.queries).
+
+-- fragment: zone_today
 -- A duty's local today, z.today, is one CASE: a zone's today is one of at most three dates
 -- on Earth at one instant, so three WHENs, each a set of zones (a comma-separated string:
 -- a 600-element text array costs more to bind than the query takes to run; zone names
@@ -14,13 +18,22 @@
 -- has no today (NULL). It is an expression, not a join: a join with the zone list cannot
 -- hand rows on in index order, so every page would sort all the duties after it
 -- (docs/perf.md).
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN d.timezone = ANY(string_to_array(%(zones_0)s, ',')) THEN CAST(%(day_0)s AS date)
+                WHEN d.timezone = ANY(string_to_array(%(zones_1)s, ',')) THEN CAST(%(day_1)s AS date)
+                WHEN d.timezone = ANY(string_to_array(%(zones_2)s, ',')) THEN CAST(%(day_2)s AS date) END AS today
+) z;
 
--- name: read_page
--- A backfill reads every dispatchable duty of the frequency.
+-- fragment: duty_row
+-- What a page reads of each duty: planner.DutyRow's fields, in its order.
 SELECT id, kind, frequency, timezone, lead_days, effective_from, effective_to, state,
        complete_from, complete_through, CAST(CAST(d.xmin AS text) AS bigint), last_dispatched_period,
        uuid_send(workspace_id)
-FROM duty d
+FROM duty d;
+
+-- name: read_page
+-- A backfill reads every dispatchable duty of the frequency.
+/* fragment: duty_row */
 WHERE frequency = %(frequency)s AND kind = 'recurring' AND state = 'active' AND id > %(after)s
 ORDER BY id
 LIMIT %(page_size)s;
@@ -40,15 +53,8 @@ LIMIT %(page_size)s;
 -- planner, and a test holds it against the planner's full rules after random backfills,
 -- pauses and edits. A duty whose zone has no today is always read, so the planner can
 -- report it.
-SELECT id, kind, frequency, timezone, lead_days, effective_from, effective_to, state,
-       complete_from, complete_through, CAST(CAST(d.xmin AS text) AS bigint), last_dispatched_period,
-       uuid_send(workspace_id)
-FROM duty d
-CROSS JOIN LATERAL (
-    SELECT CASE WHEN d.timezone = ANY(string_to_array(%(zones_0)s, ',')) THEN CAST(%(day_0)s AS date)
-                WHEN d.timezone = ANY(string_to_array(%(zones_1)s, ',')) THEN CAST(%(day_1)s AS date)
-                WHEN d.timezone = ANY(string_to_array(%(zones_2)s, ',')) THEN CAST(%(day_2)s AS date) END AS today
-) z
+/* fragment: duty_row */
+/* fragment: zone_today */
 CROSS JOIN LATERAL (
     SELECT date_trunc(%(unit)s, CAST(z.today + d.lead_days AS timestamp)) AS lead_start,
            CAST(z.today + d.lead_days AS timestamp) AS lead_day,
@@ -118,6 +124,45 @@ FROM STDIN (FORMAT BINARY);
 -- name: copy_offered_duties
 COPY offered_duty (duty_id, period_group, first_index, last_index, version, workspace) FROM STDIN (FORMAT BINARY);
 
+-- fragment: offered_duties
+-- Each duty a page offers as the duty row stands (its statement then locks it): the
+-- page's frequency and id range let the lookup use duty_dispatch_scan_idx.
+SELECT d.id, d.workspace_id, o.period_group, o.first_index, o.last_index
+FROM offered_duty o
+JOIN duty d ON d.id = o.duty_id AND d.frequency = %(frequency)s
+           AND d.id BETWEEN %(first_id)s AND %(last_id)s;
+
+-- fragment: offered_tasks
+-- The offered tasks of the duties `locked` holds, each with its duty's workspace.
+offered AS (
+    SELECT l.id AS duty_id, p.period_key, l.workspace_id, p.period_start, p.due_date, p.visible_from
+    FROM locked l
+    JOIN offered_period p ON p.period_group = l.period_group
+                         AND p.period_index BETWEEN l.first_index AND l.last_index
+);
+
+-- fragment: insert_missing
+-- The offered tasks that do not exist, inserted in identity order (racing writers that
+-- insert in different orders deadlock); the statement says what a conflict does.
+INSERT INTO task (duty_id, period_key, workspace_id, period_start, due_date, visible_from)
+SELECT o.duty_id, o.period_key, o.workspace_id, o.period_start, o.due_date, o.visible_from
+FROM offered o
+WHERE NOT EXISTS (
+    SELECT 1 FROM task t
+    WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key AND t.period_key = ANY(%(keys)s)
+)
+ORDER BY o.duty_id, o.period_key;
+
+-- fragment: marks_moved
+-- A duty's marks moved to its newest offered period n: last_dispatched_period only
+-- forward, and the span a scheduled run made complete only where the row is still the
+-- version the plan was made from (insert_new says why).
+SET last_dispatched_period = greatest(d.last_dispatched_period, n.period_key),
+    complete_from = CASE WHEN n.span_from IS NULL THEN d.complete_from
+                         WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_from END,
+    complete_through = CASE WHEN n.span_from IS NULL THEN d.complete_through
+                            WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_through END;
+
 -- name: insert_new
 -- A page's tasks, written with their duties' marks in one statement.
 --
@@ -143,27 +188,12 @@ COPY offered_duty (duty_id, period_group, first_index, last_index, version, work
 -- window moved) left a newer version, and the periods the plan took as existing on the
 -- old span's word are then unproven. A duty given no new task is not written at all.
 WITH locked AS MATERIALIZED (
-    SELECT d.id, d.workspace_id, o.period_group, o.first_index, o.last_index
-    FROM offered_duty o
-    JOIN duty d ON d.id = o.duty_id AND d.frequency = %(frequency)s
-               AND d.id BETWEEN %(first_id)s AND %(last_id)s
+    /* fragment: offered_duties */
     FOR KEY SHARE OF d
 ),
-offered AS (
-    SELECT l.id AS duty_id, p.period_key, l.workspace_id, p.period_start, p.due_date, p.visible_from
-    FROM locked l
-    JOIN offered_period p ON p.period_group = l.period_group
-                         AND p.period_index BETWEEN l.first_index AND l.last_index
-),
+/* fragment: offered_tasks */,
 inserted AS (
-    INSERT INTO task (duty_id, period_key, workspace_id, period_start, due_date, visible_from)
-    SELECT o.duty_id, o.period_key, o.workspace_id, o.period_start, o.due_date, o.visible_from
-    FROM offered o
-    WHERE NOT EXISTS (
-        SELECT 1 FROM task t
-        WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key AND t.period_key = ANY(%(keys)s)
-    )
-    ORDER BY o.duty_id, o.period_key
+    /* fragment: insert_missing */
     RETURNING duty_id, period_key
 ),
 newest AS (
@@ -176,11 +206,7 @@ newest AS (
 ),
 advanced AS (
     UPDATE duty d
-    SET last_dispatched_period = greatest(d.last_dispatched_period, n.period_key),
-        complete_from = CASE WHEN n.span_from IS NULL THEN d.complete_from
-                             WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_from END,
-        complete_through = CASE WHEN n.span_from IS NULL THEN d.complete_through
-                                WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_through END
+    /* fragment: marks_moved */
     FROM newest n
     WHERE d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
       AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < n.period_key
@@ -215,10 +241,7 @@ SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key;
 -- or how it writes, so an old mark costs that run work, never a task. Only a mark that
 -- changes is written.
 WITH locked AS MATERIALIZED (
-    SELECT d.id, d.workspace_id, o.period_group, o.first_index, o.last_index
-    FROM offered_duty o
-    JOIN duty d ON d.id = o.duty_id AND d.frequency = %(frequency)s
-               AND d.id BETWEEN %(first_id)s AND %(last_id)s
+    /* fragment: offered_duties */
     FOR KEY SHARE OF d SKIP LOCKED
 ),
 held AS (
@@ -231,21 +254,9 @@ held AS (
       AND NOT EXISTS (SELECT 1 FROM task t WHERE t.duty_id = o.duty_id AND t.period_key = p.period_key
                                              AND t.period_key = ANY(%(keys)s))
 ),
-offered AS (
-    SELECT l.id AS duty_id, p.period_key, l.workspace_id, p.period_start, p.due_date, p.visible_from
-    FROM locked l
-    JOIN offered_period p ON p.period_group = l.period_group
-                         AND p.period_index BETWEEN l.first_index AND l.last_index
-),
+/* fragment: offered_tasks */,
 inserted AS (
-    INSERT INTO task (duty_id, period_key, workspace_id, period_start, due_date, visible_from)
-    SELECT o.duty_id, o.period_key, o.workspace_id, o.period_start, o.due_date, o.visible_from
-    FROM offered o
-    WHERE NOT EXISTS (
-        SELECT 1 FROM task t
-        WHERE t.duty_id = o.duty_id AND t.period_key = o.period_key AND t.period_key = ANY(%(keys)s)
-    )
-    ORDER BY o.duty_id, o.period_key
+    /* fragment: insert_missing */
     ON CONFLICT ON CONSTRAINT task_dispatch_identity DO NOTHING
     RETURNING duty_id, period_key
 ),
@@ -277,11 +288,7 @@ movable AS MATERIALIZED (
 ),
 advanced AS (
     UPDATE duty d
-    SET last_dispatched_period = greatest(d.last_dispatched_period, n.period_key),
-        complete_from = CASE WHEN n.span_from IS NULL THEN d.complete_from
-                             WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_from END,
-        complete_through = CASE WHEN n.span_from IS NULL THEN d.complete_through
-                                WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_through END
+    /* fragment: marks_moved */
     FROM newest n
     WHERE d.id = n.duty_id AND d.id IN (SELECT id FROM movable)
       AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
@@ -311,11 +318,7 @@ WHERE NOT EXISTS (SELECT 1 FROM advanced a WHERE a.id = c.duty_id);
 -- task_dispatch_identity refuses in the COPY. Nothing is returned: a million duties'
 -- workspaces sent back and decoded cost 0.9 s of Python (docs/perf.md).
 UPDATE duty d
-SET last_dispatched_period = greatest(d.last_dispatched_period, n.period_key),
-    complete_from = CASE WHEN n.span_from IS NULL THEN d.complete_from
-                         WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_from END,
-    complete_through = CASE WHEN n.span_from IS NULL THEN d.complete_through
-                            WHEN CAST(CAST(d.xmin AS text) AS bigint) = n.version THEN n.span_through END
+/* fragment: marks_moved */
 FROM (SELECT o.duty_id, o.workspace, p.period_key, o.version, p.span_from, p.span_through
       FROM offered_duty o
       JOIN offered_period p ON p.period_group = o.period_group AND p.period_index = o.last_index) n
@@ -372,6 +375,12 @@ FROM gaps g
 ORDER BY g.held DESC, g.id, g.period_key
 LIMIT %(shown)s;
 
+-- fragment: judged_duties
+-- The duties a check judges, in the part's id range (find_gaps splits by id): eligible
+-- duties with a today, eligible already at the instant judged.
+WHERE d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active' AND z.today IS NOT NULL
+  AND d.eligible_since <= %(as_of)s AND d.id BETWEEN %(lo)s AND %(hi)s;
+
 -- name: scheduled_gaps
 -- The completeness check after a scheduled run at %(as_of)s, over one duty id range: every
 -- eligible duty (active, recurring, of the frequency, with a today) whose today lies in
@@ -388,11 +397,7 @@ LIMIT %(shown)s;
 -- for every held pair before the first others (gaps_answered).
 SELECT d.id, c.period_key, d.id = ANY(CAST(%(held)s AS bigint[])) AS held
 FROM duty d
-CROSS JOIN LATERAL (
-    SELECT CASE WHEN d.timezone = ANY(string_to_array(%(zones_0)s, ',')) THEN CAST(%(day_0)s AS date)
-                WHEN d.timezone = ANY(string_to_array(%(zones_1)s, ',')) THEN CAST(%(day_1)s AS date)
-                WHEN d.timezone = ANY(string_to_array(%(zones_2)s, ',')) THEN CAST(%(day_2)s AS date) END AS today
-) z
+/* fragment: zone_today */
 CROSS JOIN LATERAL (
     SELECT to_char(s.start, %(key_format)s) AS period_key,
            CAST(s.start + CAST(%(step)s AS interval) - interval '1 day' AS date) AS due_date
@@ -403,8 +408,7 @@ LEFT JOIN LATERAL (
     WHERE t.duty_id = d.id AND t.period_key = c.period_key AND t.period_key BETWEEN %(first_key)s AND %(last_key)s
     LIMIT 1
 ) found ON true
-WHERE d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active' AND z.today IS NOT NULL
-  AND d.eligible_since <= %(as_of)s AND d.id BETWEEN %(lo)s AND %(hi)s
+/* fragment: judged_duties */
   AND (d.effective_from IS NULL OR d.effective_from <= z.today)
   AND (d.effective_to IS NULL OR z.today <= d.effective_to)
   AND (d.effective_from IS NULL OR d.effective_from <= c.due_date)
@@ -419,11 +423,7 @@ WHERE d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active
 -- before the duty's today). Probed as in scheduled_gaps, answered by gaps_answered.
 SELECT d.id, p.period_key, d.id = ANY(CAST(%(held)s AS bigint[])) AS held
 FROM duty d
-CROSS JOIN LATERAL (
-    SELECT CASE WHEN d.timezone = ANY(string_to_array(%(zones_0)s, ',')) THEN CAST(%(day_0)s AS date)
-                WHEN d.timezone = ANY(string_to_array(%(zones_1)s, ',')) THEN CAST(%(day_1)s AS date)
-                WHEN d.timezone = ANY(string_to_array(%(zones_2)s, ',')) THEN CAST(%(day_2)s AS date) END AS today
-) z
+/* fragment: zone_today */
 CROSS JOIN unnest(CAST(%(keys)s AS text[]), CAST(%(starts)s AS date[]), CAST(%(dues)s AS date[]))
     AS p(period_key, period_start, due_date)
 LEFT JOIN LATERAL (
@@ -431,8 +431,7 @@ LEFT JOIN LATERAL (
     WHERE t.duty_id = d.id AND t.period_key = p.period_key AND t.period_key = ANY(%(keys)s)
     LIMIT 1
 ) found ON true
-WHERE d.frequency = %(frequency)s AND d.kind = 'recurring' AND d.state = 'active' AND z.today IS NOT NULL
-  AND d.eligible_since <= %(as_of)s AND d.id BETWEEN %(lo)s AND %(hi)s
+/* fragment: judged_duties */
   AND (d.effective_from IS NULL OR d.effective_from <= p.due_date)
   AND (d.effective_to IS NULL OR p.due_date <= d.effective_to)
   AND (p.period_start <= z.today OR p.due_date - d.lead_days <= z.today)

@@ -35,6 +35,9 @@ def test_every_query_is_run_by_the_code_beside_it(path):
     ("-- name: one\n-- only a comment\n", "has no statement"),
     ("-- name: one\nSELECT 1; SELECT 2;", "more than one statement"),
     ("-- name: One\nSELECT 1;", "is not a query name"),
+    ("-- name: one\n/* fragment: two */;", "no fragment two"),
+    ("-- fragment: two\nSELECT 2;\n-- name: one\nSELECT 1;", "the fragment two is used by no query"),
+    ("-- fragment: two\nSELECT 2;\n-- fragment: two\nSELECT 3;\n-- name: one\n/* fragment: two */;", "named twice"),
 ])
 def test_a_malformed_file_is_refused_naming_the_query(text, problem):
     with pytest.raises(ValueError, match=problem):
@@ -44,3 +47,9 @@ def test_a_malformed_file_is_refused_naming_the_query(text, problem):
 def test_comments_are_the_readers_and_never_reach_the_server():
     parsed = parse("-- a file's preamble\n-- name: one\n-- why: 100%% sure\nSELECT :a\n  -- inline\nFROM t;\n", "x")
     assert dict(parsed) == {"one": "SELECT :a\nFROM t"}
+
+
+def test_a_fragment_is_spliced_where_a_query_names_it_indented_as_that_line():
+    parsed = parse("-- name: one\nWITH a AS (\n    /* fragment: rows */ SKIP LOCKED\n)\nTABLE a;\n"
+                   "-- fragment: rows\n-- why the rows are shaped so\nSELECT x\nFROM t\n    WHERE y\nFOR SHARE;\n", "x")
+    assert dict(parsed) == {"one": "WITH a AS (\n    SELECT x\n    FROM t\n        WHERE y\n    FOR SHARE SKIP LOCKED\n)\nTABLE a"}
