@@ -2,8 +2,10 @@
 next is read, and what it did counted per timezone and per period."""
 
 import gc
+import threading
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterator
@@ -22,6 +24,11 @@ from rota.resources.database.queries import queries
 QUERIES = queries("rota.pipelines.dispatch")
 
 DEFAULT_PAGE_SIZE = 20_000
+
+# gc.freeze and gc.unfreeze act on the whole process, and dispatches may run at once in one
+# (an in-process executor's steps, threads of one run): they share one freeze, counted.
+_freeze_lock = threading.Lock()
+_freeze_holders = 0
 
 
 class DatabaseWentAway(RuntimeError):
@@ -111,6 +118,29 @@ def scheduled_reach(engine: Engine, frequency: str, as_of: datetime) -> Period:
     return open_range(frequency, as_of, max_lead)[1]
 
 
+@contextmanager
+def _collector_frozen() -> Iterator[None]:
+    """Keep the garbage collector off every object older than this dispatch while it runs.
+
+    Pages make millions of short-lived objects, and each full pass of the collector would
+    also walk every object the process held before the run: a Dagster run's whole
+    framework (docs/perf.md). Each dispatch freezes what exists as it starts, so one that
+    starts while another runs keeps its speed too (the other's objects of that moment then
+    stay frozen until the last one ends), and only the last to end unfreezes: one ending
+    earlier would hand the collector the objects the others still run with frozen."""
+    global _freeze_holders
+    with _freeze_lock:
+        gc.freeze()
+        _freeze_holders += 1
+    try:
+        yield
+    finally:
+        with _freeze_lock:
+            _freeze_holders -= 1
+            if not _freeze_holders:
+                gc.unfreeze()
+
+
 def _read_ahead(pages: Iterator[list[DutyRow]], reader: ThreadPoolExecutor) -> Iterator[list[DutyRow]]:
     """`pages`, each next one read while the last is planned: a read mostly waits on the
     server, and planning needs the interpreter."""
@@ -151,13 +181,10 @@ def dispatch(
         at_page, page_plan, writing = in_flight.popleft()
         _count_written(report, page_plan, writing.result())
 
-    # Pages make millions of short-lived objects, and each full pass of the garbage
-    # collector would also walk every object the process held before the run: a Dagster
-    # run's whole framework (docs/perf.md). What the run makes is collected as usual, and the freeze ends with it.
-    gc.freeze()
     try:
-        with ThreadPoolExecutor(max_workers=writers, thread_name_prefix=f"dispatch-{frequency}") as pool, \
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"read-{frequency}") as reader:
+        with (_collector_frozen(),
+              ThreadPoolExecutor(max_workers=writers, thread_name_prefix=f"dispatch-{frequency}") as pool,
+              ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"read-{frequency}") as reader):
             for page in _read_ahead(read_pages(engine, frequency, page_size, scheduled_at), reader):
                 report.pages += 1
                 report.duties_read += len(page)
@@ -176,6 +203,4 @@ def dispatch(
             f"({report.total('created')} tasks created in the pages written before it, which stay; "
             f"the next run creates the rest): {getattr(error, 'orig', error)}"
         ) from error
-    finally:
-        gc.unfreeze()
     return report

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, timedelta
 
 import psycopg
@@ -426,6 +427,37 @@ def test_a_dispatch_freezes_the_collectors_old_objects_only_while_it_runs(engine
     monkeypatch.setattr(dispatch_run, "plan", failing)
     with pytest.raises(RuntimeError, match="planning failed"):
         run(engine, "2026-09-20T12:00:00Z", months("2026-09", "2026-09"))
+    assert gc.get_freeze_count() == before
+
+
+def test_a_dispatch_ending_leaves_a_concurrent_ones_old_objects_frozen(engine, monkeypatch):
+    """Two dispatches in one process (two steps of an in-process executor): the one that
+    ends first does not hand the collector the objects the other still runs with frozen,
+    and the last one out hands them all back."""
+    add_duty(engine)
+    add_duty(engine, frequency="daily")
+    before = gc.get_freeze_count()
+    monthly_inside, daily_done = threading.Event(), threading.Event()
+    monthly_saw = []
+    real_plan = dispatch_run.plan
+
+    def monthly_waits_for_daily(*args, frequency, **kwargs):
+        if frequency == "monthly":
+            monthly_inside.set()
+            assert daily_done.wait(timeout=60)
+            monthly_saw.append(gc.get_freeze_count())
+        return real_plan(*args, frequency=frequency, **kwargs)
+
+    monkeypatch.setattr(dispatch_run, "plan", monthly_waits_for_daily)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        monthly = pool.submit(run, engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-08"))
+        assert monthly_inside.wait(timeout=60)
+        try:
+            run(engine, "2026-08-20T12:00:00Z", [period_containing("daily", date(2026, 8, 20))], frequency="daily")
+        finally:
+            daily_done.set()
+        monthly.result()
+    assert monthly_saw and monthly_saw[0] > before
     assert gc.get_freeze_count() == before
 
 
