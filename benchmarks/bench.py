@@ -105,8 +105,11 @@ def planned_rows(engine: Engine, frequency_ranges: dict[str, tuple[Mode, list]])
     rows = []
     for frequency, (mode, requested) in frequency_ranges.items():
         for page in read_pages(engine, frequency, DEFAULT_PAGE_SIZE):
-            for row in plan(page, frequency=frequency, mode=mode, as_of=AS_OF, requested=requested).tasks:
-                rows.append((row.duty_id, row.period_key, workspace_of[row.duty_id], *row[2:]))
+            page_plan = plan(page, frequency=frequency, mode=mode, as_of=AS_OF, requested=requested)
+            # Slices in duty order, each of its duty's periods in key order: identity order.
+            for s in page_plan.slices:
+                for key, *dates in page_plan.groups[s.group][s.first:s.last + 1]:
+                    rows.append((s.duty_id, key, workspace_of[s.duty_id], *dates))
     return rows
 
 

@@ -5,7 +5,8 @@ import os
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
+from typing import NamedTuple
 
 import psycopg
 
@@ -13,7 +14,7 @@ from sqlalchemy import Connection, Engine, insert, make_url, select, text
 from sqlalchemy.exc import DBAPIError
 
 from rota.pipelines.dispatch.completeness import Gaps, find_gaps
-from rota.pipelines.dispatch.planner import DutyRow
+from rota.pipelines.dispatch.planner import DutyRow, Plan
 from rota.pipelines.dispatch.run import DispatchReport
 from rota.pipelines.queue.claims import ClaimedRun, complete_and_claim
 from rota.resources.database.schema import duty, task
@@ -65,6 +66,25 @@ def duty_row(id: int = 1, **overrides) -> DutyRow:
     values = duty_values(**overrides)
     del values["title"], values["workspace_id"]
     return DutyRow(id=id, **values)
+
+
+class TaskRow(NamedTuple):
+    """Identity first, so sorting rows sorts them in identity order."""
+
+    duty_id: int
+    period_key: str
+    period_start: date
+    due_date: date
+    visible_from: date
+
+
+def planned_tasks(page_plan: Plan) -> list[TaskRow]:
+    """A plan's slices expanded into the task rows the writer makes of them in SQL, in
+    identity order."""
+    rows = [TaskRow(s.duty_id, *period)
+            for s in page_plan.slices for period in page_plan.groups[s.group][s.first:s.last + 1]]
+    rows.sort()
+    return rows
 
 
 def task_keys(engine: Engine, duty_id: int | None = None) -> list[str]:

@@ -47,16 +47,6 @@ class DutyRow(NamedTuple):
     workspace: bytes | None = None
 
 
-class TaskRow(NamedTuple):
-    """Identity first, so sorting rows sorts them in identity order."""
-
-    duty_id: int
-    period_key: str
-    period_start: date
-    due_date: date
-    visible_from: date
-
-
 class PeriodRow(NamedTuple):
     key: str
     start: date
@@ -106,14 +96,6 @@ class Plan:
     # Every offered task lies after its duty's last_dispatched_period, so none is expected
     # to exist yet: only a racing writer or a task made outside the dispatcher has one.
     after_dispatched: bool = True
-
-    @property
-    def tasks(self) -> list[TaskRow]:
-        """The slices expanded into task rows, in identity order."""
-        rows = [TaskRow(s.duty_id, *period)
-                for s in self.slices for period in self.groups[s.group][s.first:s.last + 1]]
-        rows.sort()
-        return rows
 
 
 def _visible_from(period: Period, lead_days: int) -> date:

@@ -17,7 +17,7 @@ from rota.pipelines.periods.calendar import parse_instant
 from rota.pipelines.queue.jobs import register_job
 from rota.pipelines.queue.producing import produce_many
 from rota.resources.database.engine import make_engine
-from tests.helpers import add_duty, duty_values, gaps_after, insert_duties, keys_by_duty
+from tests.helpers import add_duty, duty_values, gaps_after, insert_duties, keys_by_duty, planned_tasks
 from tests.pgbouncer import pgbouncer
 from tests.dispatch.test_dispatch import ZONES, months
 from tests.queue.test_queue import runs, start_worker, stop, wait_for
@@ -73,8 +73,9 @@ def test_a_worker_drains_runs_and_a_dispatch_completes_through_pgbouncer(databas
     requested = months("2026-01", "2026-11")
     expected = set()
     for page in read_pages(engine, "monthly", 20_000):
-        expected |= {(t.duty_id, t.period_key) for t in plan(page, frequency="monthly", mode=Mode.SCHEDULED,
-                                                             as_of=parse_instant(AS_OF), requested=requested).tasks}
+        page_plan = plan(page, frequency="monthly", mode=Mode.SCHEDULED, as_of=parse_instant(AS_OF),
+                         requested=requested)
+        expected |= {(t.duty_id, t.period_key) for t in planned_tasks(page_plan)}
     through = make_engine(pooled, pool_size=4, max_overflow=4)
     try:
         for _ in range(3):  # the first pass writes, the others find everything made

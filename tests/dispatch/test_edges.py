@@ -29,6 +29,7 @@ from tests.helpers import (
     delete_duty_with_its_tasks,
     duty_values,
     insert_duties,
+    planned_tasks,
     task_keys,
     tenant,
     wait_until_blocked_by,
@@ -84,7 +85,7 @@ def test_a_task_deleted_between_a_pages_read_and_its_write_is_made_by_the_next_r
     requested = periods_between(*open_range("daily", at, MAX_LEAD_DAYS))
     [page] = list(read_pages(engine, "daily", 100, scheduled_at=at))
     page_plan = plan(page, frequency="daily", mode=Mode.SCHEDULED, as_of=at, requested=requested)
-    assert [t.period_key for t in page_plan.tasks] == ["2026-12-14"]  # the span vouched for the rest
+    assert [t.period_key for t in planned_tasks(page_plan)] == ["2026-12-14"]  # the span vouched for the rest
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM task WHERE period_key = '2026-12-12'"))
     write_plan(engine, page_plan, "daily")
@@ -301,7 +302,7 @@ def _rules(engine, frequency, mode, at, requested) -> set[tuple[int, str]]:
     everyone = [d._replace(complete_from=None, complete_through=None)
                 for page in read_pages(engine, frequency, 1000) for d in page]
     result = plan(everyone, frequency=frequency, mode=mode, as_of=at, requested=requested)
-    return {(t.duty_id, t.period_key) for t in result.tasks}
+    return {(t.duty_id, t.period_key) for t in planned_tasks(result)}
 
 
 def _make_behind_the_back(engine, frequency, at, requested, wanted: set[tuple[int, str]]) -> tuple[int, str]:
@@ -309,8 +310,9 @@ def _make_behind_the_back(engine, frequency, at, requested, wanted: set[tuple[in
     writer racing it would: a task past its duty's last_dispatched_period."""
     duty_id, key = max(wanted, key=lambda pair: pair[1])
     row = next(d for page in read_pages(engine, frequency, 1000) for d in page if d.id == duty_id)
-    [made] = [t for t in plan([row._replace(complete_from=None, complete_through=None)], frequency=frequency,
-                              mode=Mode.SCHEDULED, as_of=at, requested=requested).tasks if t.period_key == key]
+    page_plan = plan([row._replace(complete_from=None, complete_through=None)], frequency=frequency,
+                     mode=Mode.SCHEDULED, as_of=at, requested=requested)
+    [made] = [t for t in planned_tasks(page_plan) if t.period_key == key]
     ensure_partitions(engine, [key])
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO task (duty_id, workspace_id, period_key, period_start, due_date, visible_from) "

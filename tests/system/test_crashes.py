@@ -36,7 +36,7 @@ from rota.resources.database.server import (
     stop_embedded,
     with_database,
 )
-from tests.helpers import gaps_after
+from tests.helpers import gaps_after, planned_tasks
 
 AS_OF = "2026-12-02T12:00:00Z"
 PROJECT = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def _expected(engine) -> set[tuple[int, str]]:
     for page in read_pages(engine, "monthly", 20_000):
         result = plan(page, frequency="monthly", mode=Mode.SCHEDULED, as_of=parse_instant(AS_OF),
                       requested=_requested())
-        expected |= {(t.duty_id, t.period_key) for t in result.tasks}
+        expected |= {(t.duty_id, t.period_key) for t in planned_tasks(result)}
     return expected
 
 
