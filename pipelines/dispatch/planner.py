@@ -156,10 +156,8 @@ def plan(
     """
     if as_of.tzinfo is None:
         raise ValueError(f"as_of {as_of.isoformat()} has no UTC offset")
-    requested_keys = {p.key for p in requested}
-    # A requested range without holes (what every run asks for) lets a scheduled group's
-    # candidates be taken whole when its first and last fall inside it.
-    contiguous = all(following(a) == b for a, b in zip(requested, requested[1:]))
+    request = _Request(requested, {p.key for p in requested},
+                       all(following(a) == b for a, b in zip(requested, requested[1:])))
     groups: dict[tuple[str, int], list[DutyRow]] = defaultdict(list)
     for duty in duties:
         if dispatchable(duty, frequency):
@@ -175,91 +173,117 @@ def plan(
             for duty in members:
                 result.unplannable[duty.id] = f"timezone {timezone!r}: {error}"
             continue
-        if mode is Mode.SCHEDULED:
-            due = _scheduled_candidates(frequency, today, lead_days)
-            if contiguous and due.keys[0] in requested_keys and due.keys[-1] in requested_keys:
-                candidates = due
-            else:
-                due_keys = set(due.keys)
-                candidates = _candidates([p for p in requested if p.key in due_keys], lead_days)
-            beyond = len(due.rows) - len(candidates.rows)
-            later = [p.key for p in requested if p.key > due.keys[-1]]
-        else:
-            candidates = _candidates([p for p in requested
-                                      if p.start <= today or _visible_from(p, lead_days) <= today], lead_days)
-            beyond = 0
-            reached = set(candidates.keys)
-            later = [p.key for p in requested if p.key not in reached]
-        scheduled = mode is Mode.SCHEDULED
-        group = len(result.groups)
-        result.groups.append(candidates.rows)
-        keys, ends = candidates.keys, candidates.ends
-        result.spans.append((keys[0], keys[-1]) if scheduled and keys else None)
-        count = len(keys)
-        # Each duty's existing, outside-window and offered periods are index ranges of the
-        # group's candidates: counted per period through difference arrays, not per task.
-        ranges = {outcome: [0] * (count + 1) for outcome in ("existing", "outside_window", "offered")}
-
-        def add(outcome: str, start: int, end: int) -> None:
-            if start < end:
-                ranges[outcome][start] += 1
-                ranges[outcome][end] -= 1
-
-        counted = offered = whole = 0
-        lowest, highest = count, -1
-        for duty in members:
-            windowed = duty.effective_from is not None or duty.effective_to is not None
-            if scheduled and windowed and not _in_window(duty, today):
-                continue
-            counted += 1
-            proven = scheduled and keys and duty.complete_from is not None and duty.complete_from <= keys[0]
-            if not windowed and not proven:
-                # Offered every candidate, as most duties on a first run or after a span
-                # was cleared: counted for the whole group below, not period by period.
-                if count:
-                    whole += 1
-                    result.slices.append(Slice(duty.id, group, 0, count - 1, duty.version, duty.workspace))
-                    if duty.last_dispatched_period is not None and keys[0] <= duty.last_dispatched_period:
-                        result.after_dispatched = False
-                continue
-            done = bisect_right(keys, duty.complete_through) if proven else 0
-            first, stop = done, count
-            if windowed:
-                if duty.effective_from is not None:
-                    first = max(first, bisect_left(ends, duty.effective_from))
-                if duty.effective_to is not None:
-                    stop = bisect_right(ends, duty.effective_to)
-            stop = max(stop, first)
-            add("existing", 0, done)
-            add("outside_window", done, first)
-            add("outside_window", stop, count)
-            add("offered", first, stop)
-            if stop > first:
-                result.slices.append(Slice(duty.id, group, first, stop - 1, duty.version, duty.workspace))
-                offered += stop - first
-                lowest, highest = min(lowest, first), max(highest, stop - 1)
-                if duty.last_dispatched_period is not None and keys[first] <= duty.last_dispatched_period:
-                    result.after_dispatched = False
-        if whole:
-            ranges["offered"][0] += whole
-            ranges["offered"][count] -= whole
-            offered += whole * count
-            lowest, highest = 0, count - 1
-        result.used.append((lowest, highest) if offered else None)
-        if offered:
-            result.offered[timezone] += offered
-        result.counts[(timezone, "skipped")] += counted * (beyond + len(later))
-        for key in later:
-            result.periods[(key, "skipped")] += counted
-        for outcome, steps in ranges.items():
-            running = 0
-            for index, step in enumerate(steps[:count]):
-                running += step
-                if running:
-                    result.periods[(keys[index], outcome)] += running
-                    if outcome != "offered":
-                        result.counts[(timezone, outcome)] += running
+        candidates, beyond, later = _group_candidates(frequency, mode, today, lead_days, request)
+        _plan_group(result, timezone, members, candidates, today, mode is Mode.SCHEDULED, beyond, later)
     # Identity order: racing writers that insert in different orders deadlock.
     result.slices.sort()
     result.counts = +result.counts
     return result
+
+
+class _Request(NamedTuple):
+    periods: list[Period]
+    keys: set[str]
+    # A range without holes (what every run asks for) lets a scheduled group's candidates
+    # be taken whole when its first and last fall inside it.
+    contiguous: bool
+
+
+def _group_candidates(frequency: str, mode: Mode, today: date, lead_days: int,
+                      request: _Request) -> tuple[Candidates, int, list[str]]:
+    """A group's candidate periods, how many periods a scheduled run at its `today` would
+    emit that lie outside the request, and the requested keys it does not reach."""
+    if mode is Mode.SCHEDULED:
+        due = _scheduled_candidates(frequency, today, lead_days)
+        if request.contiguous and due.keys[0] in request.keys and due.keys[-1] in request.keys:
+            candidates = due
+        else:
+            due_keys = set(due.keys)
+            candidates = _candidates([p for p in request.periods if p.key in due_keys], lead_days)
+        return candidates, len(due.rows) - len(candidates.rows), [p.key for p in request.periods
+                                                                  if p.key > due.keys[-1]]
+    candidates = _candidates([p for p in request.periods
+                              if p.start <= today or _visible_from(p, lead_days) <= today], lead_days)
+    reached = set(candidates.keys)
+    return candidates, 0, [p.key for p in request.periods if p.key not in reached]
+
+
+def _plan_group(result: Plan, timezone: str, members: list[DutyRow], candidates: Candidates, today: date,
+                scheduled: bool, beyond: int, later: list[str]) -> None:
+    """One group's slices and counts, added to `result`."""
+    group = len(result.groups)
+    result.groups.append(candidates.rows)
+    keys, ends = candidates.keys, candidates.ends
+    result.spans.append((keys[0], keys[-1]) if scheduled and keys else None)
+    count = len(keys)
+    # Each duty's existing, outside-window and offered periods are index ranges of the
+    # group's candidates: counted per period through difference arrays, not per task.
+    ranges = {outcome: [0] * (count + 1) for outcome in ("existing", "outside_window", "offered")}
+
+    def add(outcome: str, start: int, end: int) -> None:
+        if start < end:
+            ranges[outcome][start] += 1
+            ranges[outcome][end] -= 1
+
+    counted = offered = whole = 0
+    lowest, highest = count, -1
+    for duty in members:
+        windowed = duty.effective_from is not None or duty.effective_to is not None
+        if scheduled and windowed and not _in_window(duty, today):
+            continue
+        counted += 1
+        proven = scheduled and keys and duty.complete_from is not None and duty.complete_from <= keys[0]
+        if not windowed and not proven:
+            # Offered every candidate, as most duties on a first run or after a span
+            # was cleared: counted for the whole group below, not period by period.
+            if count:
+                whole += 1
+                result.slices.append(Slice(duty.id, group, 0, count - 1, duty.version, duty.workspace))
+                if duty.last_dispatched_period is not None and keys[0] <= duty.last_dispatched_period:
+                    result.after_dispatched = False
+            continue
+        done = bisect_right(keys, duty.complete_through) if proven else 0
+        first, stop = done, count
+        if windowed:
+            if duty.effective_from is not None:
+                first = max(first, bisect_left(ends, duty.effective_from))
+            if duty.effective_to is not None:
+                stop = bisect_right(ends, duty.effective_to)
+        stop = max(stop, first)
+        add("existing", 0, done)
+        add("outside_window", done, first)
+        add("outside_window", stop, count)
+        add("offered", first, stop)
+        if stop > first:
+            result.slices.append(Slice(duty.id, group, first, stop - 1, duty.version, duty.workspace))
+            offered += stop - first
+            lowest, highest = min(lowest, first), max(highest, stop - 1)
+            if duty.last_dispatched_period is not None and keys[first] <= duty.last_dispatched_period:
+                result.after_dispatched = False
+    if whole:
+        ranges["offered"][0] += whole
+        ranges["offered"][count] -= whole
+        offered += whole * count
+        lowest, highest = 0, count - 1
+    result.used.append((lowest, highest) if offered else None)
+    if offered:
+        result.offered[timezone] += offered
+    _count_group(result, timezone, keys, ranges, counted, beyond, later)
+
+
+def _count_group(result: Plan, timezone: str, keys: tuple[str, ...], ranges: dict[str, list[int]], counted: int,
+                 beyond: int, later: list[str]) -> None:
+    """A group's outcomes per timezone and per period: its `counted` duties each skip the
+    periods beyond and later than the group reaches, and `ranges` hold the rest as
+    difference arrays over the group's candidates."""
+    result.counts[(timezone, "skipped")] += counted * (beyond + len(later))
+    for key in later:
+        result.periods[(key, "skipped")] += counted
+    for outcome, steps in ranges.items():
+        running = 0
+        for index, step in enumerate(steps[:len(keys)]):
+            running += step
+            if running:
+                result.periods[(keys[index], outcome)] += running
+                if outcome != "offered":
+                    result.counts[(timezone, outcome)] += running
