@@ -153,8 +153,6 @@ def _dispatch_partitions(context: AssetExecutionContext, frequency: str, as_of: 
     """Dispatch the run's partitions (and a scheduled run's lead periods past them), then
     report each partition complete as of `as_of` as materialized, and judge each one when
     the run selected the completeness check."""
-    key = context.asset_key
-    name = key.to_user_string()
     mode = _mode(context)
     shown = _run_periods(context, frequency)
     requested = shown
@@ -168,6 +166,26 @@ def _dispatch_partitions(context: AssetExecutionContext, frequency: str, as_of: 
     # never offered is a gap here too.
     gaps = find_gaps(database.engine(), frequency=frequency, mode=mode, as_of=as_of, requested=requested,
                      parallel=database.dispatch_writers, held=report.held)
+    _log_report(context, report, gaps)
+    if report.unplannable:
+        listed = "; ".join(f"duty {d}: {why}" for d, why in sorted(report.unplannable.items()))
+        raise Failure(
+            description=f"{len(report.unplannable)} duties could not be planned "
+                        f"(every other duty was dispatched): {listed}",
+            metadata={"unplannable_duty_ids": sorted(report.unplannable)},
+        )
+    yield from _partitions_reported(context, shown, report, gaps, judged)
+    ahead = {period.key: report.for_period(period.key) for period in requested[len(shown):]}
+    if any(counts["created"] for counts in ahead.values()):
+        # Periods that have begun nowhere have no partition; their tasks, made early for
+        # a lead window, are reported on the asset itself.
+        yield AssetObservation(asset_key=context.asset_key, metadata={
+            "ahead": MetadataValue.json({k: c["created"] for k, c in ahead.items() if c["created"]}),
+            "created_ahead": sum(c["created"] for c in ahead.values()), "as_of": as_of.isoformat()})
+
+
+def _log_report(context: AssetExecutionContext, report: DispatchReport, gaps: Gaps) -> None:
+    mode, name = report.mode, context.asset_key.to_user_string()
     if gaps.count:
         context.log.error("%s %s is incomplete: %s", mode.value, name, gaps.describe())
     if report.held:
@@ -183,17 +201,17 @@ def _dispatch_partitions(context: AssetExecutionContext, frequency: str, as_of: 
     context.log.info(
         "%s %s as of %s over %s..%s: %d duties read (a scheduled run skips those earlier runs left "
         "complete), created %d, existing %d, held %d, skipped %d, outside_window %d\n%s",
-        mode.value, name, as_of.isoformat(), report.first_period, report.last_period, report.duties_read,
+        mode.value, name, report.as_of.isoformat(), report.first_period, report.last_period, report.duties_read,
         report.total("created"), report.total("existing"), report.total("held"), report.total("skipped"),
         report.total("outside_window"), _markdown(report),
     )
-    if report.unplannable:
-        listed = "; ".join(f"duty {d}: {why}" for d, why in sorted(report.unplannable.items()))
-        raise Failure(
-            description=f"{len(report.unplannable)} duties could not be planned "
-                        f"(every other duty was dispatched): {listed}",
-            metadata={"unplannable_duty_ids": sorted(report.unplannable)},
-        )
+
+
+def _partitions_reported(context: AssetExecutionContext, shown: list, report: DispatchReport, gaps: Gaps,
+                         judged: bool) -> Iterator:
+    """A materialization for each of the run's partitions complete as of its instant, and
+    its completeness result when the run selected the check."""
+    key, mode = context.asset_key, report.mode
     # An hourly scheduled run covers every period begun somewhere: reporting each again
     # would write unchanged materialisations every hour. It reports a period the first
     # time it is complete and whenever it made tasks for it.
@@ -210,18 +228,11 @@ def _dispatch_partitions(context: AssetExecutionContext, frequency: str, as_of: 
             else:
                 yield AssetMaterialization(
                     asset_key=key, partition=period.partition_key,
-                    metadata={"period": period.key, "mode": mode.value, "as_of": as_of.isoformat(), **counts})
+                    metadata={"period": period.key, "mode": mode.value, "as_of": report.as_of.isoformat(), **counts})
         if judged:
             yield _completeness(key, period, own)
     if unchanged:
         context.log.info("%d periods dispatched before and unchanged by this run: not reported again", unchanged)
-    ahead = {period.key: report.for_period(period.key) for period in requested[len(shown):]}
-    if any(counts["created"] for counts in ahead.values()):
-        # Periods that have begun nowhere have no partition; their tasks, made early for
-        # a lead window, are reported on the asset itself.
-        yield AssetObservation(asset_key=key, metadata={
-            "ahead": MetadataValue.json({k: c["created"] for k, c in ahead.items() if c["created"]}),
-            "created_ahead": sum(c["created"] for c in ahead.values()), "as_of": as_of.isoformat()})
 
 
 def _gap_metadata(gaps: Gaps) -> dict:
