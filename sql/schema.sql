@@ -554,7 +554,9 @@ CREATE FUNCTION public.job_queue_announce_runs() RETURNS trigger
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
     BEGIN
-        PERFORM pg_notify('rota_runs_queued', '');
+        IF EXISTS (SELECT FROM queued) THEN
+            PERFORM pg_notify('rota_runs_queued', '');
+        END IF;
         RETURN NULL;
     END
     $$;
@@ -623,7 +625,7 @@ CREATE FUNCTION public.job_queue_complete_and_claim(finished_ids bigint[], worke
         END
         $$;
 
-CREATE TRIGGER job_queue_wakes_workers AFTER INSERT ON public.job_queue FOR EACH STATEMENT EXECUTE FUNCTION public.job_queue_announce_runs();
+CREATE TRIGGER job_queue_wakes_workers AFTER INSERT ON public.job_queue REFERENCING NEW TABLE AS queued FOR EACH STATEMENT EXECUTE FUNCTION public.job_queue_announce_runs();
 
 ALTER TABLE public.job_queue ENABLE ROW LEVEL SECURITY;
 

@@ -1,8 +1,10 @@
 """Cron fire times (DST policy pinned), the scheduled-runs asset and the queue sensors."""
 
 import re
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
+import psycopg
 import pytest
 from dagster import DagsterInstance, build_sensor_context, materialize
 from sqlalchemy import insert, text
@@ -11,8 +13,10 @@ from rota.pipelines.definitions import defs
 from rota.pipelines.queue.assets import FIRE_TIMES_CHECK, LIVE_TAG, SCHEDULED_RUNS
 from rota.pipelines.queue.cron import InvalidCron
 from rota.pipelines.queue.jobs import register_job
+from rota.pipelines.queue.producing import produce_many
 from rota.resources.database.schema import event
-from tests.helpers import database_fingerprint
+from rota.resources.database.server import libpq_url
+from tests.helpers import claim_due_runs, database_fingerprint
 
 UTC = timezone.utc
 
@@ -156,3 +160,53 @@ def test_the_event_sensor_delivers_each_event_once_and_a_second_tick_writes_noth
     before = database_fingerprint(engine)
     assert evaluate("event_dispatch_sensor").skip_message == "delivered 0 events, queued 0 runs"
     assert database_fingerprint(engine) == before
+
+@contextmanager
+def listening(database_url):
+    """A worker's ear: a session of its own that LISTENs on the channel workers wake on."""
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
+        listener.execute("LISTEN rota_runs_queued")
+        yield listener
+
+
+def next_xid(engine) -> int:
+    """The next transaction id the server will hand out. A NOTIFY takes an id at COMMIT, after
+    the statement, so only the server's counter sees it, not pg_current_xact_id_if_assigned()
+    inside the transaction."""
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT CAST(pg_snapshot_xmax(pg_current_snapshot()) AS text)")).scalar_one())
+
+
+def _deliver_an_event(engine):
+    register_job(engine, "mailer", event_type="ping")
+
+    def deliver():
+        assert "delivered" in evaluate("event_dispatch_sensor").skip_message
+    with engine.begin() as conn:
+        conn.execute(insert(event), {"type": "ping"})
+    return deliver
+
+
+def _deliver_an_hour(engine):
+    register_job(engine, "hourly", schedule="0 * * * *")
+    return lambda: materialize_hours("2026-08-31-10:00", "2026-08-31-10:00")
+
+
+def _produce_a_ref(engine):
+    register_job(engine, "nightly")
+    return lambda: produce_many(engine, "maintenance", [("nightly/2026-08-31", "nightly", {"day": "2026-08-31"})])
+
+
+@pytest.mark.parametrize("producer", [_deliver_an_event, _deliver_an_hour, _produce_a_ref])
+def test_a_producer_with_nothing_new_wakes_no_worker_and_takes_no_transaction_id(database_url, engine, producer):
+    """The event sensor ticks every 15 s, live delivery re-queues hours, Sources produce at
+    every poll: a pass that queues nothing must not wake every worker (each then claims
+    for nothing) nor take a transaction id (README: a no-op writes nothing)."""
+    again = producer(engine)
+    with listening(database_url) as listener:
+        again()
+        assert len(list(listener.notifies(timeout=10, stop_after=1))) == 1, "a pass that queues a run wakes workers"
+        before = next_xid(engine)
+        again()
+        assert list(listener.notifies(timeout=1, stop_after=1)) == []
+        assert next_xid(engine) == before
