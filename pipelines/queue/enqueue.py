@@ -39,7 +39,9 @@ def enqueue_scheduled(conn: Connection | Engine, job_id: int, scheduled_for: dat
     """Queue the run of `job_id` for the fire time `scheduled_for` (run_at = scheduled_for).
 
     A second call for the same pair meets `job_queue_schedule_identity` and returns
-    AlreadyQueued with the existing run's id, however many schedulers race."""
+    AlreadyQueued with the existing run's id, however many schedulers race. A run a cron
+    edit cancelled (an edit since undone, so the fire time is owed again) is queued again:
+    Enqueued, with its own id."""
     values = {"job_id": job_id, "scheduled_for": _aware(scheduled_for, "scheduled_for")}
     # Given an Engine, the INSERT is a transaction of its own (autocommit): no BEGIN and
     # COMMIT round trips around the one statement, on the path from a run's fire time to
@@ -65,7 +67,8 @@ ENQUEUE_FIRST = 100
 
 def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, datetime]]) -> list[int]:
     """Queue many (job_id, fire time) runs in one transaction; returns the job id of
-    each run created. Pairs that exist are filtered inside each statement (no identity
+    each run created, or queued again after a cron edit cancelled it (as
+    enqueue_scheduled does). Pairs that exist are filtered inside each statement (no identity
     value is consumed for them); ON CONFLICT guards against a racing producer. Every
     producer writes in the same order, so racing producers cannot deadlock."""
     if not pairs:

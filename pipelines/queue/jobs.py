@@ -83,7 +83,8 @@ def cancel_unscheduled_runs(conn: Connection | Engine, job_ids: list[int] | None
     """Cancel the queued, never started runs of these jobs (default: every job) whose fire
     time their current schedule no longer has (an edited cron, or none at all); returns
     how many. A run claimed meanwhile is running, no longer queued, and is left alone. A
-    schedule rota cannot read keeps its runs: it is reported where it is planned."""
+    schedule rota cannot read keeps its runs: it is reported where it is planned. A fire
+    time the schedule owes again (the edit undone) is queued again when delivered."""
     with transaction(conn) as c:
         queued = c.execute(_QUEUED_FIRE_TIMES, {"job_ids": job_ids}).all()
         stale = [run_id for run_id, at, schedule, zone in queued if not _still_fires(schedule, zone, at)]

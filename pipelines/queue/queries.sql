@@ -37,6 +37,8 @@ WHERE q.state = 'queued' AND q.attempts = 0 AND q.scheduled_for IS NOT NULL
   AND (CAST(:job_ids AS bigint[]) IS NULL OR q.job_id = ANY(:job_ids));
 
 -- name: cancel_unscheduled
+-- Its error text marks a cancel as the schedule's: enqueue_scheduled, enqueue_scheduled_many
+-- and missing_runs tell it from an operator's by that text alone.
 UPDATE job_queue
 SET state = 'cancelled', finished_at = now(), updated_at = now(),
     last_error = 'cancelled: the schedule of its job no longer fires at '
@@ -45,10 +47,23 @@ WHERE id = ANY(:run_ids) AND state = 'queued' AND attempts = 0
 RETURNING id;
 
 -- name: enqueue_scheduled
-INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
-VALUES (:job_id, (SELECT workspace_id FROM job WHERE id = :job_id), :scheduled_for, :scheduled_for)
-ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
-RETURNING id;
+-- A fire time whose run a cron edit cancelled (cancel_unscheduled) and that is offered
+-- again is owed again (the edit was undone): its run is queued again, with its identity.
+-- An operator's cancel is not the schedule's and stays.
+WITH restored AS (
+    UPDATE job_queue SET state = 'queued', finished_at = NULL, last_error = NULL, updated_at = now()
+    WHERE job_id = :job_id AND scheduled_for = :scheduled_for AND state = 'cancelled'
+      AND starts_with(last_error, 'cancelled: the schedule of its job no longer fires at ')
+    RETURNING id
+),
+created AS (
+    INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
+    SELECT :job_id, (SELECT workspace_id FROM job WHERE id = :job_id), :scheduled_for, :scheduled_for
+    WHERE NOT EXISTS (SELECT FROM restored)
+    ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
+    RETURNING id
+)
+SELECT id FROM restored UNION ALL SELECT id FROM created;
 
 -- name: find_scheduled
 SELECT id FROM job_queue WHERE job_id = :job_id AND scheduled_for = :scheduled_for;
@@ -56,20 +71,38 @@ SELECT id FROM job_queue WHERE job_id = :job_id AND scheduled_for = :scheduled_f
 -- name: enqueue_scheduled_many
 -- Arrays go as binary parameters (%b): psycopg's text dumping of ten thousand
 -- timestamps costs more than the insert, and racing producers pay it all at once.
+-- Runs a cron edit cancelled are queued again as in enqueue_scheduled, locked in the
+-- order every producer writes in, so that racing producers cannot deadlock.
 WITH offered AS (
     SELECT * FROM unnest(%b::bigint[], %b::timestamptz[]) AS o(job_id, scheduled_for)
+),
+restorable AS (
+    SELECT q.id FROM offered o
+    JOIN job_queue q ON q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
+    WHERE q.state = 'cancelled' AND starts_with(q.last_error, 'cancelled: the schedule of its job no longer fires at ')
+    ORDER BY q.job_id, q.scheduled_for
+    FOR UPDATE OF q
+),
+restored AS (
+    UPDATE job_queue q SET state = 'queued', finished_at = NULL, last_error = NULL, updated_at = now()
+    FROM restorable r
+    WHERE q.id = r.id AND q.state = 'cancelled'
+    RETURNING q.job_id
+),
+created AS (
+    INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
+    SELECT o.job_id, j.workspace_id, o.scheduled_for, o.scheduled_for
+    FROM offered o
+    -- LEFT: an unknown job must reach job_queue_job_id_fkey and fail, not vanish
+    LEFT JOIN job j ON j.id = o.job_id
+    WHERE NOT EXISTS (
+        SELECT 1 FROM job_queue q WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
+    )
+    ORDER BY o.job_id, o.scheduled_for
+    ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
+    RETURNING job_id
 )
-INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
-SELECT o.job_id, j.workspace_id, o.scheduled_for, o.scheduled_for
-FROM offered o
--- LEFT: an unknown job must reach job_queue_job_id_fkey and fail, not vanish
-LEFT JOIN job j ON j.id = o.job_id
-WHERE NOT EXISTS (
-    SELECT 1 FROM job_queue q WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
-)
-ORDER BY o.job_id, o.scheduled_for
-ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
-RETURNING job_id;
+SELECT job_id FROM restored UNION ALL SELECT job_id FROM created;
 
 -- name: dispatch_pending
 -- Events not yet delivered, oldest first, each taken by one sensor (SKIP LOCKED), queued
@@ -234,9 +267,12 @@ RETURNING id;
 SELECT id, name, schedule, timezone, scheduled_since FROM job WHERE enabled AND schedule IS NOT NULL ORDER BY id;
 
 -- name: missing_runs
+-- A run a cron edit cancelled is missing when its fire time is owed again (it is queued
+-- again when delivered); an operator's cancel is a decision, not a gap.
 SELECT count(*) FROM unnest(:job_ids, :fire_times) AS o(job_id, scheduled_for)
 WHERE NOT EXISTS (
     SELECT 1 FROM job_queue q WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
+      AND NOT (q.state = 'cancelled' AND starts_with(q.last_error, 'cancelled: the schedule of its job no longer fires at '))
 );
 
 -- name: limit_statement_time

@@ -51,6 +51,20 @@ def test_a_second_enqueue_of_one_fire_time_returns_the_existing_run(engine):
     assert (row["scheduled_for"], row["run_at"], row["state"], row["event_id"]) == (T0, T0, "queued", None)
 
 
+def test_a_fire_time_a_cron_edit_cancelled_is_queued_again_when_enqueued_again(engine):
+    """The schedule went to :30 and back: 20:00 is owed again, and its run (the same one)
+    is queued; a second enqueue finds it queued."""
+    job_id = register_job(engine, "report", schedule="0 * * * *")
+    first = enqueue_scheduled(engine, job_id, T0)
+    register_job(engine, "report", schedule="30 * * * *")
+    assert runs(engine)[0]["state"] == "cancelled"
+    register_job(engine, "report", schedule="0 * * * *")
+    assert enqueue_scheduled(engine, job_id, T0) == Enqueued(first.run_id)
+    assert enqueue_scheduled(engine, job_id, T0) == AlreadyQueued(first.run_id)
+    (row,) = runs(engine)
+    assert (row["state"], row["attempts"], row["finished_at"], row["last_error"]) == ("queued", 0, None, None)
+
+
 def test_enqueue_refuses_a_naive_fire_time_and_raises_other_errors(engine):
     job_id = register_job(engine, "report", schedule="0 * * * *")
     with pytest.raises(ValueError, match="no UTC offset"):

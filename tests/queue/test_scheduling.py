@@ -2,7 +2,7 @@
 
 import re
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
@@ -210,3 +210,83 @@ def test_a_producer_with_nothing_new_wakes_no_worker_and_takes_no_transaction_id
         again()
         assert list(listener.notifies(timeout=1, stop_after=1)) == []
         assert next_xid(engine) == before
+
+
+def runs_of(engine, name):
+    with engine.connect() as conn:
+        return {row.scheduled_for: row for row in conn.execute(text(
+            "SELECT q.id, q.scheduled_for, q.state, q.attempts, q.last_error FROM job_queue q "
+            "JOIN job j ON j.id = q.job_id WHERE j.name = :n"), {"n": name})}
+
+
+def edit_by_hand(engine, name, schedule):
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE job SET schedule = :s WHERE name = :n"), {"s": schedule, "n": name})
+
+
+def edit_by_registering(engine, name, schedule):
+    register_job(engine, name, schedule=schedule)
+
+
+def live_hour(as_of):
+    """What scheduled_runs_sensor does after a job changed: the hour delivered again, live."""
+    return materialize_hours("2026-08-31-11:00", "2026-08-31-11:00", as_of=as_of, live=True)
+
+
+def cron_edited_away_and_back(engine, edit):
+    """The 11:00 fire time of an hourly job is queued; an operator moves the job to :30 at
+    10:41 (11:00 is cancelled) and back to :00 at 10:43. Each edit is owed from when it was
+    made, as its trigger records, in the test's clock."""
+    register_job(engine, "report", schedule="0 * * * *")
+    owed_since(engine, "report", "2026-08-31T10:00:00Z")
+    assert live_hour("2026-08-31T10:40:00Z").success
+    queued_at_first = runs_of(engine, "report")[utc(2026, 8, 31, 11)]
+    for at, schedule in (("10:41", "30 * * * *"), ("10:43", "0 * * * *")):
+        edit(engine, "report", schedule)
+        owed_since(engine, "report", f"2026-08-31T{at}:00Z")
+        assert live_hour(f"2026-08-31T{at}:30Z").success
+    return queued_at_first
+
+
+@pytest.mark.parametrize("edit", [edit_by_hand, edit_by_registering])
+def test_a_fire_time_cancelled_by_a_cron_edit_and_owed_again_before_it_falls_due_runs_once(engine, edit):
+    first = cron_edited_away_and_back(engine, edit)
+    assert first.state == "queued"
+    runs = runs_of(engine, "report")
+    again = runs[utc(2026, 8, 31, 11)]
+    assert (again.id, again.state, again.attempts, again.last_error) == (first.id, "queued", 0, None)
+    assert runs[utc(2026, 8, 31, 11, 30)].state == "cancelled"
+    assert [run.id for run in claim_due_runs(engine, "w1", 10, timedelta(seconds=30))] == [first.id]
+
+
+def test_a_fire_time_cancelled_by_the_schedule_and_owed_again_is_missing_until_delivered(engine):
+    """Edited back in time, but no delivery reached the hour before 11:00 fell out of the
+    catch-up window: the run is owed and not queued, which the hour's check must say; a
+    backfill of the hour queues it again."""
+    register_job(engine, "report", schedule="0 * * * *")
+    owed_since(engine, "report", "2026-08-31T10:00:00Z")
+    assert live_hour("2026-08-31T10:40:00Z").success
+    edit_by_hand(engine, "report", "30 * * * *")
+    assert live_hour("2026-08-31T10:41:00Z").success
+    edit_by_hand(engine, "report", "0 * * * *")
+    owed_since(engine, "report", "2026-08-31T10:43:00Z")
+    late = live_hour("2026-08-31T11:20:00Z").get_asset_check_evaluations()[0]
+    assert (late.passed, late.metadata["missing"].value) == (False, 1)
+    assert runs_of(engine, "report")[utc(2026, 8, 31, 11)].state == "cancelled"
+    backfill = materialize_hours("2026-08-31-11:00", "2026-08-31-11:00", as_of="2026-08-31T11:20:00Z")
+    assert backfill.get_asset_check_evaluations()[0].passed
+    assert runs_of(engine, "report")[utc(2026, 8, 31, 11)].state == "queued"
+
+
+def test_a_fire_time_an_operator_cancelled_stays_cancelled_when_delivered_again(engine):
+    register_job(engine, "report", schedule="0 * * * *")
+    owed_since(engine, "report", "2026-08-31T10:00:00Z")
+    assert live_hour("2026-08-31T10:40:00Z").success
+    run = runs_of(engine, "report")[utc(2026, 8, 31, 11)]
+    operated = defs.resolve_job_def("operate_job_queue").execute_in_process(
+        instance=DagsterInstance.ephemeral(), run_config={"ops": {"runs": {"config": {"retry": [], "cancel": [run.id]}}}})
+    assert operated.success
+    for delivery in (live_hour("2026-08-31T10:45:00Z"),
+                     materialize_hours("2026-08-31-11:00", "2026-08-31-11:00", as_of="2026-08-31T10:45:00Z")):
+        assert delivery.get_asset_check_evaluations()[0].passed, "the operator's cancel is no gap"
+        assert runs_of(engine, "report")[utc(2026, 8, 31, 11)].state == "cancelled"
