@@ -127,6 +127,21 @@ def test_eight_processes_enqueueing_the_same_thousand_fire_times_make_a_thousand
         assert conn.execute(text("SELECT count(*), count(DISTINCT scheduled_for) FROM job_queue")).one() == (1000, 1000)
 
 
+def test_eight_processes_delivering_fire_times_a_cron_edit_cancelled_queue_each_again_once(database_url, engine):
+    """The cron went from every minute to hourly and back: the 983 runs it cancelled are owed
+    again, and producers racing to deliver them queue each once, without a deadlock."""
+    job_id = register_job(engine, "report", schedule="* * * * *")
+    assert len(enqueue_scheduled_many(engine, [(job_id, T0 + timedelta(minutes=n)) for n in range(1000)])) == 1000
+    register_job(engine, "report", schedule="0 * * * *")
+    register_job(engine, "report", schedule="* * * * *")
+    outcomes = race_processes(_enqueue_many, (database_url, job_id))
+    assert all(isinstance(o, int) for o in outcomes), outcomes
+    assert sum(outcomes) == 1000 - 17
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT state, count(*), max(id) FROM job_queue GROUP BY state")).all() == [
+            ("queued", 1000, 1000)]
+
+
 def test_event_runs_are_deduplicated_by_the_event_identity_and_do_not_touch_scheduled_ones(engine):
     report = register_job(engine, "report", schedule="0 * * * *", event_type="invoice.paid")
     mailer = register_job(engine, "mailer", event_type="invoice.paid")
