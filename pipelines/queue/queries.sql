@@ -191,12 +191,15 @@ WHERE id = :run_id AND state = 'running' AND lease_owner = :worker
 RETURNING id;
 
 -- name: reclaim
+-- The error text outlives the session that writes it: its instant is written in UTC, not
+-- in whatever TimeZone the reclaiming session has.
 UPDATE job_queue q
 SET state = CASE WHEN q.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
     run_at = now(),
     finished_at = CASE WHEN q.attempts >= j.max_attempts THEN now() END,
     last_error = CASE WHEN q.last_error LIKE 'interrupted: worker ' || q.lease_owner || ' %' THEN q.last_error
-                      ELSE 'lease of ' || q.lease_owner || ' expired at ' || q.lease_expires_at::text
+                      ELSE 'lease of ' || q.lease_owner || ' expired at '
+                           || to_char(q.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
                            || ' during attempt ' || q.attempts END,
     lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 FROM job j

@@ -289,6 +289,19 @@ def test_an_expired_lease_is_reclaimed(engine):
     assert complete(engine, row["id"], "dead") is False
 
 
+def test_a_reclaimed_runs_error_names_when_its_lease_expired_in_utc(engine):
+    """The suite's sessions run in America/St_Johns (tests/conftest.py): an error text
+    outlives the session that wrote it, so the instant in it must not depend on that
+    session's TimeZone."""
+    job_id = register_job(engine, "report", schedule="* * * * *")
+    enqueue_scheduled(engine, job_id, T0)
+    claim_due_runs(engine, "dead", 1, timedelta(seconds=0.01))
+    expired = runs(engine)[0]["lease_expires_at"].astimezone(timezone.utc)
+    time.sleep(0.05)
+    assert reclaim_expired(engine) == {"queued": 1}
+    assert runs(engine)[0]["last_error"] == f"lease of dead expired at {expired:%Y-%m-%dT%H:%M:%S.%fZ} during attempt 1"
+
+
 def test_enqueueing_never_touches_claim_or_lease_state(engine):
     job_id = register_job(engine, "report", schedule="* * * * *", event_type="ping")
     enqueue_scheduled(engine, job_id, T0)
