@@ -5,8 +5,8 @@
 
 -- name: register_job
 -- Code owns a job's shape (workspace, schedule, timezone, event type); the operator owns
--- `enabled`, and `max_attempts` once raised. So an existing job is updated to code's shape,
--- never enabled or disabled, and its max_attempts only ever raised. An unchanged job is
+-- `enabled` and `max_attempts` once the job exists (code's values only start a new job). So
+-- an existing job is updated to code's shape and keeps both. An unchanged job is
 -- found by the first CTE and not offered to the INSERT at all: the upsert would otherwise
 -- consume an identity value (and lock the row) on every call.
 WITH offered AS (
