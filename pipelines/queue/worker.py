@@ -65,6 +65,10 @@ LOST_RACE_DELAY = 0.002
 # The exit status of a worker that stopped its handler because it could no longer prove
 # it held the run's lease (EX_TEMPFAIL: run it again).
 LEASE_LOST_EXIT = 75
+# The exit status of a worker stopped by a bug in its own lease keeping (EX_SOFTWARE): not a
+# lost lease, and restarting it brings the same bug back, so a supervisor and an operator
+# must be able to tell the two apart.
+BUG_EXIT = 70
 
 
 def _exit_now() -> None:
@@ -72,13 +76,20 @@ def _exit_now() -> None:
     os._exit(LEASE_LOST_EXIT)
 
 
+def _exit_for_bug() -> None:
+    logging.shutdown()
+    os._exit(BUG_EXIT)
+
+
 class Worker:
     """`on_lease_lost` is called when a run in hand may be handed to another worker while
-    its handler still runs here; the default ends the process, which is the only way to
-    stop a handler mid-flight. Embedders that run handlers elsewhere may pass their own."""
+    its handler still runs here, and `on_bug` when renewing the leases failed with anything
+    but the database going away; the defaults end the process (75 and 70), which is the
+    only way to stop a handler mid-flight. Embedders that run handlers elsewhere may pass
+    their own."""
 
     def __init__(self, engine: Engine, settings: WorkerSettings | None = None, worker_id: str | None = None,
-                 on_lease_lost: Callable[[], None] = _exit_now):
+                 on_lease_lost: Callable[[], None] = _exit_now, on_bug: Callable[[], None] = _exit_for_bug):
         self.engine = engine
         self.settings = settings or WorkerSettings()
         if self.settings.concurrency < 1:
@@ -86,6 +97,7 @@ class Worker:
         self.id = worker_id or default_worker_id()
         self.stopping = threading.Event()
         self.on_lease_lost = on_lease_lost
+        self.on_bug = on_bug
         self._done = threading.Event()
         self._lock = threading.Lock()
         # The runs whose handlers are executing, and when each one's lease was last confirmed
@@ -125,10 +137,15 @@ class Worker:
             asked = time.monotonic()
             try:
                 kept = extend_leases(self.engine, self.id, list(confirmed), self.settings.lease)
-            except Exception:
+            except DATABASE_GONE:
                 log.exception("heartbeat failed; retrying")
                 self._done.wait(WATCH_INTERVAL * 4)
                 continue
+            except Exception as error:
+                # Retrying a bug fails the same way until the leases run out, and the worker
+                # then exits as if another had taken its runs: the bug would go unseen.
+                self._stop_for_bug(error)
+                return
             with self._lock:
                 # A run that left the hand meanwhile finished; only one still executing is lost.
                 lost = [run_id for run_id in confirmed if run_id not in kept and run_id in self._running]
@@ -157,6 +174,17 @@ class Worker:
         # Within the sixth of a lease the watchdog leaves before any run in hand can expire.
         self.record_before_exit(within=min(2.0, self.settings.lease.total_seconds() / 12))
         self.on_lease_lost()
+
+    def _stop_for_bug(self, error: Exception) -> None:
+        log.critical("renewing the leases of the runs in hand failed, and not because the database went away: "
+                     "a bug in rota; stopping this worker and its handlers (exit status %d)", BUG_EXIT,
+                     exc_info=error)
+        self.stopping.set()  # a run claimed now would go to a worker on its way out
+        try:
+            self.abandon(f"stopped: renewing its leases failed ({type(error).__name__}: {error}), a bug "
+                         "in rota; see the worker's log")
+        finally:
+            self.on_bug()
 
     def _leave_hand(self, run: ClaimedRun, succeeded: bool) -> None:
         with self._lock:
@@ -192,16 +220,16 @@ class Worker:
         finally:
             self._leave_hand(run, succeeded=False)
 
-    def abandon(self) -> None:
-        """Past the grace period: the runs whose handlers returned are recorded, and those
-        still in progress become reclaimable a few seconds from now, by which time this
-        process has exited (the attempts count, and the runs are retried)."""
+    def abandon(self, why: str = "was stopped and its grace period ran out") -> None:
+        """Past the grace period (or stopped by a bug): the runs whose handlers returned are
+        recorded, and those still in progress become reclaimable a few seconds from now, by
+        which time this process has exited (the attempts count, and the runs are retried
+        with `why` as their error)."""
         self.record_before_exit(within=2.0)
         with self._lock:
             in_hand = list(self._running)
         for run_id in in_hand:
-            interrupt(self.engine, run_id, self.id,
-                      f"interrupted: worker {self.id} was stopped and its grace period ran out",
+            interrupt(self.engine, run_id, self.id, f"interrupted: worker {self.id} {why}",
                       self.settings.interrupted_lease)
 
     def record_before_exit(self, within: float) -> None:

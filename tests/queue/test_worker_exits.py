@@ -9,6 +9,7 @@ from datetime import timedelta
 from sqlalchemy import create_engine, text
 
 import rota.pipelines.queue.worker
+from rota.pipelines.queue.claims import reclaim_expired
 from rota.pipelines.queue.enqueue import enqueue_scheduled_many
 from rota.pipelines.queue.jobs import register_job
 from rota.pipelines.queue.worker import Worker
@@ -78,3 +79,24 @@ def test_a_handlers_failure_is_never_taken_for_a_lost_lease(database_url, engine
         thread.join(timeout=30)
         worker_engine.dispose()
     assert not gave_up
+
+
+def test_a_bug_in_renewing_leases_stops_the_worker_with_its_traceback_not_as_a_lost_lease(database_url, engine):
+    """A renewal that raises anything but the database going away is a bug: retrying it in
+    silence ran the lease out, and the worker exited 75 as if another had taken the run.
+    It stops at once with the traceback, its own exit status, and the run says why."""
+    _handler_calls_table(engine)
+    job_id = register_job(engine, "sleep", schedule="* * * * *")
+    enqueue_scheduled_many(engine, [(job_id, T0)])
+    with engine.begin() as conn:  # runs past a third of the lease: the heartbeat must renew it
+        conn.execute(text("UPDATE job_queue SET payload = jsonb_build_object('seconds', 4)"))
+    worker = start_worker(database_url, "--lease", "3", "--handlers", "tests.worker_handlers,tests.heartbeat_bug")
+    output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 70, output
+    assert "Traceback" in output and "TypeError: extend_leases() takes 4 positional arguments" in output, output
+    assert "CRITICAL" in output and "lease of run" not in output, output
+    time.sleep(3.5)  # the interrupted lease runs out
+    assert reclaim_expired(engine) == {"queued": 1}
+    [run] = runs(engine)
+    assert run["last_error"].startswith("interrupted: worker ") and "renewing its leases failed (TypeError" in run[
+        "last_error"], run["last_error"]
