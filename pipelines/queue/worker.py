@@ -17,7 +17,6 @@ On SIGTERM it stops claiming, lets the handlers in progress finish within the gr
 period, hands back a run it claimed but never started, and exits 0."""
 
 import logging
-import os
 import threading
 import time
 import traceback
@@ -40,7 +39,8 @@ from rota.pipelines.queue.claims import (
     seconds_until_next_run,
 )
 from rota.pipelines.queue.handlers import HANDLERS
-from rota.pipelines.queue.worker_settings import WorkerSettings, default_worker_id
+from rota.pipelines.queue.worker_settings import (BUG_EXIT, WorkerSettings, default_worker_id, exit_for_bug,
+                                                  exit_lease_lost)
 from rota.resources.database.queries import queries
 from rota.resources.database.server import libpq_url
 
@@ -62,34 +62,16 @@ HANDLER_WATCH = 0.01
 # wins waits for the CPU the others spend losing. The worker that won keeps answering at
 # once; the others still claim what it leaves, a moment later.
 LOST_RACE_DELAY = 0.002
-# The exit status of a worker that stopped its handler because it could no longer prove
-# it held the run's lease (EX_TEMPFAIL: run it again).
-LEASE_LOST_EXIT = 75
-# The exit status of a worker stopped by a bug in its own lease keeping (EX_SOFTWARE): not a
-# lost lease, and restarting it brings the same bug back, so a supervisor and an operator
-# must be able to tell the two apart.
-BUG_EXIT = 70
-
-
-def _exit_now() -> None:
-    logging.shutdown()
-    os._exit(LEASE_LOST_EXIT)
-
-
-def _exit_for_bug() -> None:
-    logging.shutdown()
-    os._exit(BUG_EXIT)
 
 
 class Worker:
     """`on_lease_lost` is called when a run in hand may be handed to another worker while
-    its handler still runs here, and `on_bug` when renewing the leases failed with anything
-    but the database going away; the defaults end the process (75 and 70), which is the
-    only way to stop a handler mid-flight. Embedders that run handlers elsewhere may pass
-    their own."""
+    its handler still runs here, `on_bug` when renewing leases failed other than by the
+    database going away; each default ends the process, the only way to stop a handler
+    mid-flight. Embedders that run handlers elsewhere may pass their own."""
 
     def __init__(self, engine: Engine, settings: WorkerSettings | None = None, worker_id: str | None = None,
-                 on_lease_lost: Callable[[], None] = _exit_now, on_bug: Callable[[], None] = _exit_for_bug):
+                 on_lease_lost: Callable[[], None] = exit_lease_lost, on_bug: Callable[[], None] = exit_for_bug):
         self.engine = engine
         self.settings = settings or WorkerSettings()
         if self.settings.concurrency < 1:
@@ -176,9 +158,8 @@ class Worker:
         self.on_lease_lost()
 
     def _stop_for_bug(self, error: Exception) -> None:
-        log.critical("renewing the leases of the runs in hand failed, and not because the database went away: "
-                     "a bug in rota; stopping this worker and its handlers (exit status %d)", BUG_EXIT,
-                     exc_info=error)
+        log.critical("renewing the leases of the runs in hand failed, not because the database went away: a bug "
+                     "in rota; stopping this worker and its handlers (exit status %d)", BUG_EXIT, exc_info=error)
         self.stopping.set()  # a run claimed now would go to a worker on its way out
         try:
             self.abandon(f"stopped: renewing its leases failed ({type(error).__name__}: {error}), a bug "
@@ -223,8 +204,7 @@ class Worker:
     def abandon(self, why: str = "was stopped and its grace period ran out") -> None:
         """Past the grace period (or stopped by a bug): the runs whose handlers returned are
         recorded, and those still in progress become reclaimable a few seconds from now, by
-        which time this process has exited (the attempts count, and the runs are retried
-        with `why` as their error)."""
+        which time this process has exited (the attempts count; `why` is their error)."""
         self.record_before_exit(within=2.0)
         with self._lock:
             in_hand = list(self._running)
