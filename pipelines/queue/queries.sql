@@ -86,7 +86,7 @@ restorable AS (
 restored AS (
     UPDATE job_queue q SET state = 'queued', finished_at = NULL, last_error = NULL, updated_at = now()
     FROM restorable r
-    WHERE q.id = r.id AND q.state = 'cancelled'
+    WHERE q.id = r.id
     RETURNING q.job_id
 ),
 created AS (
