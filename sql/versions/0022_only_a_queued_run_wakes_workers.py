@@ -7,15 +7,15 @@ worker to claim nothing, and its NOTIFY took a transaction id at commit, so a pa
 that changed nothing still wrote a commit record. The trigger now sees the rows its
 statement inserted (a transition table) and notifies only when there are some.
 
-Revision ID: 0021
-Revises: 0020
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-12-06
 """
 
 from alembic import op
 
-revision = "0021"
-down_revision = "0020"
+revision = "0022"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
