@@ -332,7 +332,7 @@ WHERE d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_
 SELECT set_config('enable_nestloop', 'off', true);
 
 -- name: copy_tasks
--- The bulk path's rows, encoded by binary_copy.py.
+-- The bulk path's rows, written by writing.py's _copy_tasks.
 COPY task (duty_id, workspace_id, period_key, period_start, due_date, visible_from) FROM STDIN (FORMAT BINARY);
 
 -- name: ensure_partitions

@@ -22,7 +22,6 @@ from psycopg import errors as pg_errors
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from rota.pipelines.dispatch.binary_copy import encode_slices, encode_tasks
 from rota.pipelines.dispatch.planner import Plan
 from rota.resources.database.queries import queries
 
@@ -33,6 +32,10 @@ T = TypeVar("T")
 DEADLOCK_RETRIES = 8
 QUERIES = queries("rota.pipelines.dispatch")
 _PERIOD_TYPES = ["int4", "int4", "text", "date", "date", "date", "text", "text"]
+# The workspace goes as the page read it, uuid's 16 bytes in binary (reading.py), which is
+# bytea's binary form too: the server reads each COPY field by its column's type.
+_SLICE_TYPES = ["int8", "int4", "int4", "int4", "int8", "bytea"]
+_TASK_TYPES = ["int8", "bytea", "text", "date", "date", "date"]
 # A partition's share of task_dispatch_identity is named after it (migration 0009), and a
 # duplicate is reported under the partition's name.
 IDENTITY = "task_dispatch_identity"
@@ -107,7 +110,9 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
                     for index in range(first, last + 1):
                         copy.write_row((group, index, *periods[index], *span))
             with cursor.copy(QUERIES["copy_offered_duties"]) as copy:
-                copy.write(encode_slices(page_plan.slices))
+                copy.set_types(_SLICE_TYPES)
+                for s in page_plan.slices:
+                    copy.write_row((s.duty_id, s.group, s.first, s.last, s.version, s.workspace))
             # The page's frequency and id range let the duty lookups use duty_dispatch_scan_idx.
             bounds = {"frequency": frequency, "first_id": page_plan.slices[0].duty_id,
                       "last_id": page_plan.slices[-1].duty_id, "keys": keys}
@@ -115,7 +120,7 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
                 return _written_carefully(cursor.execute(QUERIES["insert_careful"], bounds).fetchall())
             if page_plan.after_dispatched:
                 cursor.execute(QUERIES["advance_settings"])
-                return _copy_tasks(cursor, page_plan, used, cursor.execute(QUERIES["advance_new"], bounds).rowcount)
+                return _copy_tasks(cursor, page_plan, cursor.execute(QUERIES["advance_new"], bounds).rowcount)
             rows = cursor.execute(QUERIES["insert_new"], bounds).fetchall()
             return PageWritten({duty_id: n for duty_id, key, n in rows if key is None},
                                {key: n for duty_id, key, n in rows if key is not None})
@@ -172,7 +177,7 @@ def _all_offered_exist(engine: Engine, page_plan: Plan, keys: list[str]) -> bool
     return missing == 0
 
 
-def _copy_tasks(cursor, page_plan: Plan, used: dict[int, tuple[int, int]], advanced: int) -> PageWritten:
+def _copy_tasks(cursor, page_plan: Plan, advanced: int) -> PageWritten:
     """The bulk path's COPY: the tasks of every duty of the page, in identity order, each
     with the workspace the page read. Only if advance_new moved every one of them: its row
     locks, and its check that each duty still has the workspace the page read, are all
@@ -181,7 +186,11 @@ def _copy_tasks(cursor, page_plan: Plan, used: dict[int, tuple[int, int]], advan
     if advanced != len(page_plan.slices):
         raise _ChangedSinceRead
     with cursor.copy(QUERIES["copy_tasks"]) as copy:
-        copy.write(encode_tasks(page_plan, used))
+        copy.set_types(_TASK_TYPES)
+        groups, write_row = page_plan.groups, copy.write_row
+        for s in page_plan.slices:
+            for period in groups[s.group][s.first:s.last + 1]:
+                write_row((s.duty_id, s.workspace, *period))
     return PageWritten(None, {key: n for (key, outcome), n in page_plan.periods.items() if outcome == "offered"},
                        copied=True)
 
