@@ -610,13 +610,10 @@ def case_queue_throughput(server_url: str, runs: int, repeat: int) -> list[Case]
 
 def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
     from dagster import DagsterInstance, materialize
-    from dagster._core.storage.tags import (
-        ASSET_PARTITION_RANGE_END_TAG,
-        ASSET_PARTITION_RANGE_START_TAG,
-    )
 
     from rota.pipelines.definitions import defs
     from rota.pipelines.dispatch.assets import MODE_TAG
+    from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
 
     def through_dagster() -> None:
         for frequency in FREQUENCIES:
@@ -624,8 +621,8 @@ def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
             name = f"{frequency}_tasks"
             result = materialize(
                 [defs.resolve_assets_def(name)], instance=DagsterInstance.ephemeral(),
-                tags={ASSET_PARTITION_RANGE_START_TAG: first.partition_key,
-                      ASSET_PARTITION_RANGE_END_TAG: last.partition_key, MODE_TAG: "scheduled"},
+                tags={PARTITION_RANGE_START_TAG: first.partition_key,
+                      PARTITION_RANGE_END_TAG: last.partition_key, MODE_TAG: "scheduled"},
                 run_config={"ops": {name: {"config": {"as_of": AS_OF.isoformat()}}}},
             )
             if not result.success:
@@ -647,13 +644,10 @@ def case_tenant_lock(server_url: str, duties: int, repeat: int) -> list[Case]:
     TENANT_HOLD_SECONDS, against the same run with no tenant at all. Then the first run after
     the tenant lets go must leave the duty complete, its marks moved."""
     from dagster import DagsterInstance, materialize
-    from dagster._core.storage.tags import (
-        ASSET_PARTITION_RANGE_END_TAG,
-        ASSET_PARTITION_RANGE_START_TAG,
-    )
 
     from rota.pipelines.definitions import defs
     from rota.pipelines.dispatch.assets import MODE_TAG
+    from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
 
     url = fresh_database(server_url, "rota_bench_tenants")
     engine = create_engine(driver_url(url))
@@ -666,8 +660,8 @@ def case_tenant_lock(server_url: str, duties: int, repeat: int) -> list[Case]:
     def scheduled_run() -> None:
         result = materialize(
             [defs.resolve_assets_def("daily_tasks")], instance=DagsterInstance.ephemeral(),
-            tags={ASSET_PARTITION_RANGE_START_TAG: first.partition_key,
-                  ASSET_PARTITION_RANGE_END_TAG: last.partition_key, MODE_TAG: "scheduled"},
+            tags={PARTITION_RANGE_START_TAG: first.partition_key,
+                  PARTITION_RANGE_END_TAG: last.partition_key, MODE_TAG: "scheduled"},
             run_config={"ops": {"daily_tasks": {"config": {"as_of": AS_OF.isoformat()}}}},
         )
         if not result.success:

@@ -12,6 +12,7 @@ import logging
 
 import requests
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckSeverity,
     DefaultSensorStatus,
     RunFailureSensorContext,
@@ -20,8 +21,8 @@ from dagster import (
     run_failure_sensor,
     sensor,
 )
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
+from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
 from rota.resources.alerts import AlertWebhookResource
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,7 @@ def failure_message(context: RunFailureSensorContext) -> dict:
         "text": f"rota: run {run.run_id} of {run.job_name} failed: {context.failure_event.message}",
         "run_id": run.run_id,
         "job": run.job_name,
-        "partition_range": [run.tags.get("dagster/asset_partition_range_start"),
-                            run.tags.get("dagster/asset_partition_range_end")],
+        "partition_range": [run.tags.get(PARTITION_RANGE_START_TAG), run.tags.get(PARTITION_RANGE_END_TAG)],
         "error": context.failure_event.message,
     }
 
@@ -67,12 +67,12 @@ def check_failure_alert_sensor(context: SensorEvaluationContext, alerts: AlertWe
     posted = []
     for key in keys:
         record = latest.get(key)
-        if record is None or record.status not in (AssetCheckExecutionRecordStatus.SUCCEEDED,
-                                                   AssetCheckExecutionRecordStatus.FAILED):
+        # Dagster exports no public name for an execution's status; the evaluation it stores
+        # once the check has answered is public, and says whether it passed.
+        evaluation = record.event.dagster_event.event_specific_data if record and record.event else None
+        if not isinstance(evaluation, AssetCheckEvaluation):
             continue  # planned, running or skipped: no verdict
-        evaluation = record.event.dagster_event.event_specific_data
-        failed = record.status is AssetCheckExecutionRecordStatus.FAILED and \
-            evaluation.severity is AssetCheckSeverity.ERROR
+        failed = not evaluation.passed and evaluation.severity is AssetCheckSeverity.ERROR
         name = key.to_user_string()
         if failed and verdicts.get(name) != "failed" and alerts.url:
             response = requests.post(alerts.url, json=check_failure_message(key, evaluation),

@@ -19,13 +19,18 @@ from dagster import (
     define_asset_job,
     schedule,
 )
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
 from rota.pipelines.dispatch.assets import MODE_TAG
 from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK
 from rota.pipelines.dispatch.planner import Mode
 from rota.pipelines.periods.calendar import open_range, period_from_partition_key
-from rota.pipelines.periods.partitions import DISPATCH_CRON, TASK_PARTITIONS, task_asset_name
+from rota.pipelines.periods.partitions import (
+    DISPATCH_CRON,
+    PARTITION_RANGE_END_TAG,
+    PARTITION_RANGE_START_TAG,
+    TASK_PARTITIONS,
+    task_asset_name,
+)
 from rota.resources.database.schema import FREQUENCIES
 
 
@@ -54,8 +59,8 @@ def scheduled_run_request(frequency: str, tick: datetime) -> RunRequest:
         run_key=f"{asset_name}@{tick.isoformat()}",
         run_config={"ops": {asset_name: {"config": {"as_of": tick.isoformat()}}}},
         tags={
-            ASSET_PARTITION_RANGE_START_TAG: first.partition_key,
-            ASSET_PARTITION_RANGE_END_TAG: last.partition_key,
+            PARTITION_RANGE_START_TAG: first.partition_key,
+            PARTITION_RANGE_END_TAG: last.partition_key,
             MODE_TAG: Mode.SCHEDULED.value,
         },
     )

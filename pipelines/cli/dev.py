@@ -97,6 +97,11 @@ def _port_taken(host: str, port: int) -> bool:
     return False
 
 
+# `dagster-daemon`: Dagster's console script, run through this interpreter like the other
+# children (Dagster has no `-m` module for it but a private one).
+DAEMON = ("import sys; from importlib.metadata import entry_points; sys.argv[0] = 'dagster-daemon'; "
+          "sys.exit(entry_points(group='console_scripts', name='dagster-daemon')['dagster-daemon'].load()())")
+
 # Says which runs `rota dev` made itself, in the runs list where a schedule's name would be.
 STARTED_BY_TAG = "rota/started_by"
 
@@ -117,15 +122,14 @@ def _free_port() -> int:
 
 
 def _serving(port: int) -> bool:
-    """Whether the code server answers its health check (asked only once it listens: the
-    gRPC client prints every refused connection)."""
-    from dagster._grpc.client import DagsterGrpcClient
-
+    """Whether the code server answers Dagster's health check, the one its Helm chart probes
+    with (asked only once the port listens: each ask costs a Python start)."""
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     except OSError:
         return False
-    return DagsterGrpcClient(port=port, host="127.0.0.1").health_check_query() == "SERVING"
+    check = [sys.executable, "-m", "dagster", "api", "grpc-health-check", "-h", "127.0.0.1", "-p", str(port)]
+    return subprocess.run(check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
 
 
 def dispatch_once(now: datetime) -> int:
@@ -221,7 +225,7 @@ def dev(args: argparse.Namespace) -> int:
         say(f"dispatched the last tick: {dispatch_once(datetime.now(timezone.utc))} tasks created "
              f"(then every hour on the hour)")
         start(*python, "dagster_webserver", "-w", str(workspace), "-h", args.host, "-p", str(args.port))
-        start(*python, "dagster._daemon", "run", "-w", str(workspace), "--log-level", args.log_level)
+        start(sys.executable, "-c", DAEMON, "run", "-w", str(workspace), "--log-level", args.log_level)
         # Every worker claims every job's runs: one without the user's handlers would take
         # their runs and fail them for want of one.
         handlers = ["--handlers", args.handlers] if args.handlers else []

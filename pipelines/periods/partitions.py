@@ -33,6 +33,12 @@ from rota.resources.database.schema import FREQUENCIES
 # parameter beta and would warn once per asset at every code-location load.
 warnings.filterwarnings("ignore", category=BetaWarning, message=".*backfill_policy.*")
 SINGLE_RUN = BackfillPolicy.single_run()
+# The run tags that make one run cover a partition range, as Dagster's single-run backfills
+# tag theirs; a schedule's run request sets them the same way. Dagster exports no public
+# name for them (1.13), so the strings live here only, held equal to Dagster's own by
+# tests/unit/test_public_dagster.py.
+PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
+PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 # Hourly: every zone's tasks appear within the hour after its local midnight.
 DISPATCH_CRON = os.environ.get("ROTA_DISPATCH_CRON", "0 * * * *")

@@ -9,8 +9,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import psycopg
 import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, build_run_status_sensor_context, materialize
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from sqlalchemy import select, update
 
 from rota.pipelines.dispatch.assets import MODE_TAG
@@ -20,6 +18,7 @@ from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK, stale_periods
 from rota.pipelines.dispatch.planner import Mode
 from rota.pipelines.dispatch.run import dispatch
 from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
+from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
 from rota.resources.alerts import AlertWebhookResource
 from rota.resources.database.schema import duty
 from rota.schedules.alerts import run_failure_alert_sensor
@@ -109,16 +108,16 @@ def test_the_freshness_check_shows_its_last_real_result_whatever_else_runs(engin
     duty_id = add_duty(engine, frequency="monthly", timezone="UTC")
     defs.resolve_job_def("freshness_checks").execute_in_process(instance=instance)
     checked = _latest_freshness(instance, "monthly_tasks")
-    assert checked.status is AssetCheckExecutionRecordStatus.FAILED
+    assert checked.status.value == "FAILED"
     assert f"duty {duty_id} has no task for" in checked.event.dagster_event.event_specific_data.description
 
     now = datetime.now(timezone.utc)
     first, last = open_range("monthly", now - timedelta(days=40), 0)[0], open_range("monthly", now, 0)[1]
-    tags = {ASSET_PARTITION_RANGE_START_TAG: first.partition_key, ASSET_PARTITION_RANGE_END_TAG: last.partition_key}
+    tags = {PARTITION_RANGE_START_TAG: first.partition_key, PARTITION_RANGE_END_TAG: last.partition_key}
     backfill = defs.resolve_implicit_global_asset_job_def().execute_in_process(
         instance=instance, asset_selection=[AssetKey("monthly_tasks")], tags=tags)
     evaluated = _latest_freshness(instance, "monthly_tasks")
-    assert (evaluated.run_id, evaluated.status) == (backfill.run_id, AssetCheckExecutionRecordStatus.SUCCEEDED)
+    assert (evaluated.run_id, evaluated.status.value) == (backfill.run_id, "SUCCEEDED")
 
     scheduled = defs.resolve_job_def("dispatch_monthly_tasks").execute_in_process(
         instance=instance, tags={**tags, MODE_TAG: "scheduled"})
@@ -162,7 +161,7 @@ def _failed_run(engine):
     add_duty(engine, timezone="Mars/Olympus_Mons")
     instance = DagsterInstance.ephemeral()
     result = materialize([defs.resolve_assets_def("monthly_tasks")], instance=instance, raise_on_error=False,
-                         tags={ASSET_PARTITION_RANGE_START_TAG: "2026-08-01", ASSET_PARTITION_RANGE_END_TAG: "2026-08-01"},
+                         tags={PARTITION_RANGE_START_TAG: "2026-08-01", PARTITION_RANGE_END_TAG: "2026-08-01"},
                          run_config={"ops": {"monthly_tasks": {"config": {"as_of": "2026-08-20T00:00:00Z"}}}})
     assert not result.success
     return instance, result

@@ -3,17 +3,13 @@
 from datetime import date, datetime, timedelta, timezone
 
 from dagster import AssetCheckKey, AssetKey, AssetSelection, DagsterInstance, build_schedule_context, materialize
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 from sqlalchemy import text
 
 from rota.pipelines.definitions import defs
 from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK, MODE_TAG
 from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK
 from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
-from rota.pipelines.periods.partitions import TASK_PARTITIONS
+from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG, TASK_PARTITIONS
 from rota.resources.database.schema import FREQUENCIES
 from tests.helpers import add_duty, database_fingerprint, keys_by_duty, task_keys
 
@@ -26,7 +22,7 @@ def run_asset(name, first, last, as_of=None, tags=None, raise_on_error=True, fre
         [defs.resolve_assets_def(name)],
         selection=_selection(name, freshness),
         instance=DagsterInstance.ephemeral(),
-        tags={ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last, **(tags or {})},
+        tags={PARTITION_RANGE_START_TAG: first, PARTITION_RANGE_END_TAG: last, **(tags or {})},
         run_config=run_config,
         raise_on_error=raise_on_error,
     )
@@ -145,7 +141,7 @@ def test_a_schedule_tick_is_one_scheduled_run_as_of_the_tick(engine):
     request, result = scheduled_run("monthly", tick)
     # The months begun somewhere on Earth at the tick (September in UTC+14): the lead's
     # later months are dispatched without a partition.
-    assert (request.tags[ASSET_PARTITION_RANGE_START_TAG], request.tags[ASSET_PARTITION_RANGE_END_TAG]) == (
+    assert (request.tags[PARTITION_RANGE_START_TAG], request.tags[PARTITION_RANGE_END_TAG]) == (
         "2026-08-01", "2026-09-01")
     assert metadata(result, "monthly_tasks")["mode"] == "scheduled"
     assert metadata(result, "monthly_tasks")["as_of"] == tick.isoformat()
@@ -228,7 +224,7 @@ def test_the_completeness_check_run_alone_judges_each_partition_and_writes_nothi
     name = "monthly_tasks"
     check = AssetSelection.checks(AssetCheckKey(AssetKey(name), COMPLETENESS_CHECK))
     result = materialize([defs.resolve_assets_def(name)], selection=check, instance=DagsterInstance.ephemeral(),
-                         tags={ASSET_PARTITION_RANGE_START_TAG: "2026-08-01", ASSET_PARTITION_RANGE_END_TAG: "2026-09-01"})
+                         tags={PARTITION_RANGE_START_TAG: "2026-08-01", PARTITION_RANGE_END_TAG: "2026-09-01"})
     assert result.success and task_keys(engine) == []
     assert result.asset_materializations_for_node(name) == []
     evaluations = {e.partition: e for e in result.get_asset_check_evaluations()}
@@ -237,5 +233,5 @@ def test_the_completeness_check_run_alone_judges_each_partition_and_writes_nothi
     assert evaluations["2026-08-01"].metadata["first_missing"].value == [[duty_id, "2026-08"]]
     run_asset(name, "2026-08-01", "2026-09-01")
     again = materialize([defs.resolve_assets_def(name)], selection=check, instance=DagsterInstance.ephemeral(),
-                        tags={ASSET_PARTITION_RANGE_START_TAG: "2026-08-01", ASSET_PARTITION_RANGE_END_TAG: "2026-09-01"})
+                        tags={PARTITION_RANGE_START_TAG: "2026-08-01", PARTITION_RANGE_END_TAG: "2026-09-01"})
     assert all(e.passed for e in again.get_asset_check_evaluations())

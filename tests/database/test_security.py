@@ -7,11 +7,11 @@ from datetime import date, datetime, timezone
 import psycopg
 import pytest
 from dagster import DagsterInstance, build_sensor_context, materialize
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from sqlalchemy import insert, make_url, text
 
 from rota.pipelines.definitions import defs
 from rota.pipelines.dispatch.writing import ensure_partitions
+from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
 from rota.pipelines.queue.enqueue import enqueue_scheduled
 from rota.pipelines.queue.jobs import register_job
 from rota.resources.database.schema import task
@@ -182,15 +182,15 @@ def test_secrets_never_reach_logs_metadata_or_run_records(database_url, engine, 
     instance = DagsterInstance.local_temp(str(tmp_path / "dagster"))
     try:
         ok = materialize([defs.resolve_assets_def("monthly_tasks")], instance=instance,
-                         tags={ASSET_PARTITION_RANGE_START_TAG: "2026-08-01", ASSET_PARTITION_RANGE_END_TAG: "2026-08-01"},
+                         tags={PARTITION_RANGE_START_TAG: "2026-08-01", PARTITION_RANGE_END_TAG: "2026-08-01"},
                          run_config={"ops": {"monthly_tasks": {"config": {"as_of": "2026-08-20T00:00:00Z"}}}})
         assert ok.success
         # A run that fails on the database: its error must not quote the connection string.
         monkeypatch.setenv("ROTA_DATABASE_URL", url.set(port=1).render_as_string(hide_password=False))
         failed = materialize([defs.resolve_assets_def("monthly_tasks")], instance=instance,
                              raise_on_error=False,
-                             tags={ASSET_PARTITION_RANGE_START_TAG: "2026-08-01",
-                                   ASSET_PARTITION_RANGE_END_TAG: "2026-08-01"})
+                             tags={PARTITION_RANGE_START_TAG: "2026-08-01",
+                                   PARTITION_RANGE_END_TAG: "2026-08-01"})
         assert not failed.success
         monkeypatch.setenv("ROTA_DATABASE_URL", url.render_as_string(hide_password=False))
         stored = [_github_sensor_ticks(monkeypatch)]

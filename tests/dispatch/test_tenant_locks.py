@@ -15,10 +15,6 @@ import pytest
 from sqlalchemy import text
 
 from dagster import AssetCheckSeverity, DagsterInstance, materialize
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
 from rota.pipelines.definitions import defs
 from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK, MODE_TAG
@@ -26,6 +22,7 @@ from rota.pipelines.dispatch.completeness import find_gaps
 from rota.pipelines.dispatch.planner import Mode
 from rota.pipelines.dispatch.run import dispatch
 from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
+from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
 from tests.helpers import duty_values, insert_duties, keys_by_duty, last_dispatched, run_while_held, tenant
 
 AS_OF = parse_instant("2026-12-02T12:00:00Z")
@@ -135,7 +132,7 @@ def test_a_scheduled_run_through_dagster_names_the_held_duty_in_its_log_and_chec
     result = dispatch_while_held(engine, session, lambda: materialize(
         [defs.resolve_assets_def("daily_tasks")], instance=instance, run_config={
             "ops": {"daily_tasks": {"config": {"as_of": AS_OF.isoformat()}}}},
-        tags={ASSET_PARTITION_RANGE_START_TAG: partition, ASSET_PARTITION_RANGE_END_TAG: partition,
+        tags={PARTITION_RANGE_START_TAG: partition, PARTITION_RANGE_END_TAG: partition,
               MODE_TAG: "scheduled"}))
 
     assert result.success

@@ -7,10 +7,10 @@ from datetime import date
 
 import pytest
 from dagster import DagsterInvariantViolationError
-from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG
 from sqlalchemy import insert, select, text
 from sqlalchemy.exc import DBAPIError
 
+from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG
 from rota.pipelines.queue.cron import InvalidCron
 from rota.pipelines.queue.jobs import register_job
 from rota.pipelines.queue.producing import produce
@@ -139,6 +139,6 @@ def test_a_backfill_with_only_an_end_is_refused_and_writes_nothing(engine):
     before = database_fingerprint(engine)
     with pytest.raises(DagsterInvariantViolationError, match="range_end set without the other"):
         materialize([defs.resolve_assets_def("monthly_tasks")], instance=DagsterInstance.ephemeral(),
-                    tags={ASSET_PARTITION_RANGE_END_TAG: "2026-08-01"}, raise_on_error=False)
+                    tags={PARTITION_RANGE_END_TAG: "2026-08-01"}, raise_on_error=False)
     assert task_keys(engine) == []
     assert database_fingerprint(engine) == before

@@ -78,10 +78,10 @@ def test_a_nightly_backfill_of_a_compacted_night_produces_nothing(engine):
 
 
 def _nights(first, last):
-    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+    from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
 
     return materialize([defs.resolve_assets_def("nightly_maintenance")], instance=DagsterInstance.ephemeral(),
-                       tags={ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last})
+                       tags={PARTITION_RANGE_START_TAG: first, PARTITION_RANGE_END_TAG: last})
 
 
 # ------------------------------------------------------------------ the operator's say
@@ -149,7 +149,7 @@ def test_editing_a_cron_in_code_cancels_its_queued_old_fire_times(engine):
 
 
 def test_an_operators_cron_edit_is_applied_by_the_next_scheduled_runs_materialisation(engine):
-    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+    from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
 
     hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     key = hour.strftime("%Y-%m-%d-%H:%M")
@@ -158,7 +158,7 @@ def test_an_operators_cron_edit_is_applied_by_the_next_scheduled_runs_materialis
 
     def deliver():
         return materialize([defs.resolve_assets_def("scheduled_runs")], instance=DagsterInstance.ephemeral(),
-                           tags={ASSET_PARTITION_RANGE_START_TAG: key, ASSET_PARTITION_RANGE_END_TAG: key})
+                           tags={PARTITION_RANGE_START_TAG: key, PARTITION_RANGE_END_TAG: key})
 
     assert deliver().success
     assert [at for at, _ in _queued_fire_times(engine, job_id)] == [hour]

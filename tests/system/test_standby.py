@@ -19,6 +19,7 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from sqlalchemy import make_url, text
 
 from benchmarks.data import load_duties
+from rota.pipelines.cli.dev import DAEMON
 from rota.pipelines.dispatch.completeness import find_gaps
 from rota.pipelines.dispatch.planner import Mode
 from rota.pipelines.periods.calendar import open_range, periods_between
@@ -68,7 +69,7 @@ class Deployment:
         for name, command in (
                 ("code-server", ["-m", "dagster", "code-server", "start", "-h", "127.0.0.1", "-p", str(self.port),
                                  "-m", "rota.pipelines.definitions", "--location-name", "rota"]),
-                ("daemon", ["-m", "dagster._daemon", "run", "-w", str(self.home / "workspace.yaml")])):
+                ("daemon", ["-c", DAEMON, "run", "-w", str(self.home / "workspace.yaml")])):
             log = open(self.home / f"{name}.log", "w")
             # Each in its own process group, so a kill reaches all it started at one instant.
             self.processes[name] = subprocess.Popen([str(self.python), *command], cwd=cwd, env=self.env,

@@ -18,6 +18,7 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from sqlalchemy import make_url, text
 
 from benchmarks.data import load_duties
+from rota.pipelines.cli.dev import DAEMON
 from rota.pipelines.periods.calendar import period_containing
 from rota.resources.database.server import dagster_database_url, database_name
 from tests.system.test_end_to_end import BACKFILL_STATUS, LAUNCH_BACKFILL, answers, free_port, graphql, wait_for
@@ -111,7 +112,7 @@ def test_a_killed_run_worker_is_detected_and_retried_to_exactly_the_tasks(
                         "-m", "rota.pipelines.definitions", "--location-name", "rota"],
         "webserver": [str(python), "-m", "dagster_webserver", "-h", "127.0.0.1", "-p", str(web_port),
                       "-w", str(workspace)],
-        "daemon": [str(python), "-m", "dagster._daemon", "run", "-w", str(workspace)],
+        "daemon": [str(python), "-c", DAEMON, "run", "-w", str(workspace)],
     }
     processes = {}
 
