@@ -37,7 +37,7 @@ from rota.resources.postgres import PostgresResource
 
 # A completeness result belongs to its partition, and only a partitioned check shows each
 # partition's own status (an unpartitioned one shows whichever was written last). Dagster
-# calls partitioned checks a preview; the pinned version is held to them by tests/dagster.
+# calls partitioned checks a preview; tests/dagster hold each 1.13 release rota accepts to them.
 warnings.filterwarnings("ignore", category=PreviewWarning, message=".*partitions_def.*AssetCheckSpec.*")
 
 # The run tag that makes a dispatch scheduled (SPEC §4): set by the schedules' run requests
