@@ -1,16 +1,21 @@
-import os
 from typing import Optional
 
 from dagster import ConfigurableResource, EnvVar
+from pydantic import Field
+
+from rota.resources.settings import read_environment
 
 
 class GitHubResource(ConfigurableResource):
     """Where the GitHub Source polls. The token comes from ROTA_GITHUB_TOKEN through an
     EnvVar, so Dagster shows the variable's name, never its value."""
 
-    token: Optional[str] = None
-    api_url: str = "https://api.github.com"
-    repositories: str = ""
+    token: Optional[str] = Field(default=None, description="the GitHub Source's token",
+                                 json_schema_extra={"env": "ROTA_GITHUB_TOKEN", "secret": True})
+    api_url: str = Field(default="https://api.github.com", description="the GitHub API the Source polls",
+                         json_schema_extra={"env": "ROTA_GITHUB_API_URL"})
+    repositories: str = Field(default="", description="owner/name,... the GitHub Source polls (unset: none)",
+                              json_schema_extra={"env": "ROTA_GITHUB_REPOSITORIES"})
     timeout_seconds: float = 10.0
     # A poll runs inside a sensor evaluation, which Dagster times out after 60 s by default.
     poll_budget_seconds: float = 40.0
@@ -25,8 +30,4 @@ class GitHubResource(ConfigurableResource):
 
 
 def github_from_env() -> GitHubResource:
-    return GitHubResource(
-        token=EnvVar("ROTA_GITHUB_TOKEN") if os.environ.get("ROTA_GITHUB_TOKEN") else None,
-        api_url=os.environ.get("ROTA_GITHUB_API_URL", "https://api.github.com"),
-        repositories=os.environ.get("ROTA_GITHUB_REPOSITORIES", ""),
-    )
+    return GitHubResource(**read_environment(GitHubResource, secret=EnvVar))

@@ -1,5 +1,6 @@
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from rota.resources.settings import read_environment
 
 
 # A plain dataclass, not a Dagster resource: only the nightly handler reads it, in
@@ -13,7 +14,8 @@ class MaintenanceSettings:
     ref it was produced for is never produced again, however far back a backfill or a
     replayed cursor reaches."""
 
-    retention_days: int = 450
+    retention_days: int = field(default=450, metadata={"env": "ROTA_RETENTION_DAYS",
+                                                       "help": "days a finished queue run keeps its payload and error"})
 
     def __post_init__(self) -> None:
         if self.retention_days < 1:
@@ -21,9 +23,4 @@ class MaintenanceSettings:
 
 
 def maintenance_settings_from_env() -> MaintenanceSettings:
-    raw = os.environ.get("ROTA_RETENTION_DAYS", "450")
-    try:
-        days = int(raw)
-    except ValueError:
-        raise ValueError(f"ROTA_RETENTION_DAYS must be a whole number of days, not {raw!r}") from None
-    return MaintenanceSettings(retention_days=days)
+    return MaintenanceSettings(**read_environment(MaintenanceSettings))

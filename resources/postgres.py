@@ -1,4 +1,3 @@
-import os
 from functools import lru_cache
 
 from dagster import ConfigurableResource, EnvVar
@@ -12,6 +11,7 @@ from rota.resources.database.engine import (
     POOL_SIZE,
     make_engine,
 )
+from rota.resources.settings import read_environment
 
 
 @lru_cache(maxsize=None)
@@ -21,21 +21,18 @@ def engine_for(url: str) -> Engine:
 
 
 class PostgresResource(ConfigurableResource):
-    """rota's own database. `database_url` is a plain libpq URL (set from ROTA_DATABASE_URL);
-    `dispatch_writers` comes from ROTA_DISPATCH_WRITERS."""
+    """rota's own database. `database_url` is a plain libpq URL (set from ROTA_DATABASE_URL)."""
 
     database_url: str
     # Pages a dispatch writes at once, each on its own connection: fewer leave more of a
     # busy server to its other sessions.
-    dispatch_writers: int = Field(default=DEFAULT_WRITERS, ge=1, le=MAX_DISPATCH_WRITERS)
+    dispatch_writers: int = Field(default=DEFAULT_WRITERS, ge=1, le=MAX_DISPATCH_WRITERS,
+                                  description="connections a dispatch writes on at once",
+                                  json_schema_extra={"env": "ROTA_DISPATCH_WRITERS"})
 
     def engine(self) -> Engine:
         return engine_for(self.database_url)
 
 
 def postgres_from_env() -> PostgresResource:
-    writers = os.environ.get("ROTA_DISPATCH_WRITERS", str(DEFAULT_WRITERS))
-    if not (writers.isdigit() and 1 <= int(writers) <= MAX_DISPATCH_WRITERS):
-        raise ValueError(f"ROTA_DISPATCH_WRITERS must be a whole number from 1 to {MAX_DISPATCH_WRITERS}, "
-                         f"not {writers!r}")
-    return PostgresResource(database_url=EnvVar("ROTA_DATABASE_URL"), dispatch_writers=int(writers))
+    return PostgresResource(database_url=EnvVar("ROTA_DATABASE_URL"), **read_environment(PostgresResource))

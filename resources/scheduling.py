@@ -1,7 +1,10 @@
-import os
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from dagster import ConfigurableResource
+from pydantic import Field
+
+from rota.resources.settings import read_environment
 
 
 class SchedulingSettings(ConfigurableResource):
@@ -12,9 +15,12 @@ class SchedulingSettings(ConfigurableResource):
     soon as its partition exists and never shows as missing. A queued run still waiting
     `max_wait_seconds` after it fell due fails the queue's health check."""
 
-    catch_up_minutes: int = 15
-    lookahead_minutes: int = 60
-    max_wait_seconds: int = 300
+    catch_up_minutes: int = Field(default=15, description="a job's missed fire times still queued by the hour",
+                                  json_schema_extra={"env": "ROTA_SCHEDULE_CATCHUP_MINUTES"})
+    lookahead_minutes: int = Field(default=60, description="fire times queued ahead of time",
+                                   json_schema_extra={"env": "ROTA_SCHEDULE_LOOKAHEAD_MINUTES"})
+    max_wait_seconds: int = Field(default=300, description="a due run waiting longer fails the queue's check",
+                                  json_schema_extra={"env": "ROTA_QUEUE_MAX_WAIT_SECONDS"})
 
     @property
     def catch_up(self) -> timedelta:
@@ -26,8 +32,17 @@ class SchedulingSettings(ConfigurableResource):
 
 
 def scheduling_settings_from_env() -> SchedulingSettings:
-    return SchedulingSettings(
-        catch_up_minutes=int(os.environ.get("ROTA_SCHEDULE_CATCHUP_MINUTES", "15")),
-        lookahead_minutes=int(os.environ.get("ROTA_SCHEDULE_LOOKAHEAD_MINUTES", "60")),
-        max_wait_seconds=int(os.environ.get("ROTA_QUEUE_MAX_WAIT_SECONDS", "300")),
-    )
+    return SchedulingSettings(**read_environment(SchedulingSettings))
+
+
+# A dataclass, not a resource: a schedule's cron is part of its definition, fixed when the
+# code location loads (pipelines/periods/partitions.py), not a setting of its runs.
+@dataclass(frozen=True)
+class DispatchSchedule:
+    # Hourly: every zone's tasks appear within the hour after its local midnight.
+    cron: str = field(default="0 * * * *", metadata={"env": "ROTA_DISPATCH_CRON",
+                                                       "help": "the dispatch schedules' cron, in UTC"})
+
+
+def dispatch_schedule_from_env() -> DispatchSchedule:
+    return DispatchSchedule(**read_environment(DispatchSchedule))

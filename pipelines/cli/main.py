@@ -10,6 +10,8 @@ from pathlib import Path
 
 from rota.pipelines.cli.database import Database, say
 from rota.pipelines.cli.dev import dev
+from rota.pipelines.cli.options import CommandParser, add_options, settings_from
+from rota.pipelines.queue.worker_settings import WorkerSettings
 from rota.resources.database.migrate import upgrade
 from rota.resources.database.server import (
     Refused,
@@ -18,12 +20,6 @@ from rota.resources.database.server import (
     existing_embedded_datadir,
     libpq_environment,
 )
-
-
-def _positive_int(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {value!r}")
-    return int(value)
 
 
 def migrate(_: argparse.Namespace) -> int:
@@ -72,11 +68,9 @@ def history_start_command(args: argparse.Namespace) -> int:
 def worker(args: argparse.Namespace) -> int:
     import logging
     import threading
-    from datetime import timedelta
 
     from rota.pipelines.queue.handlers import BUILTIN_HANDLER_MODULES, HandlerModuleMissing, load_handler_modules
     from rota.pipelines.queue.worker import Worker
-    from rota.pipelines.queue.worker_settings import WorkerSettings
 
     if not os.environ.get("ROTA_DATABASE_URL"):
         say("rota worker needs a database: set ROTA_DATABASE_URL (rota dev starts its own workers "
@@ -91,17 +85,13 @@ def worker(args: argparse.Namespace) -> int:
         return 2
     from rota.resources.database.engine import make_engine
 
+    settings = settings_from(WorkerSettings, args)
     try:
         # The claiming loop, the heartbeat, and a connection for each handler slot.
-        engine = make_engine(os.environ["ROTA_DATABASE_URL"], pool_size=args.concurrency + 2, max_overflow=2)
+        engine = make_engine(os.environ["ROTA_DATABASE_URL"], pool_size=settings.concurrency + 2, max_overflow=2)
     except Refused as refused:
         say(f"rota worker refused to start: {refused}")
         return 2
-    settings = WorkerSettings(
-        lease=timedelta(seconds=args.lease), poll_interval=args.poll, listen=args.listen,
-        grace=timedelta(seconds=args.grace), backoff=timedelta(seconds=args.backoff),
-        concurrency=args.concurrency,
-    )
     process = Worker(engine, settings)
 
     def give_up() -> None:
@@ -112,7 +102,7 @@ def worker(args: argparse.Namespace) -> int:
     def request_stop(signum, _frame):
         if not process.stopping.is_set():
             process.stopping.set()
-            timer = threading.Timer(args.grace, give_up)
+            timer = threading.Timer(settings.grace.total_seconds(), give_up)
             timer.daemon = True
             timer.start()
 
@@ -152,22 +142,29 @@ environment:
   ROTA_DATABASE_URL   rota's database, a libpq URL (postgresql://user:pass@host:5432/rota or
                       postgresql://user@/rota?host=/socket/dir); unset: the embedded PostgreSQL
   ROTA_HOME           local state, the embedded PostgreSQL's data among it (default: ./.rota)"""
-_DAGSTER_ENV = """
-  ROTA_DISPATCH_WRITERS           connections a dispatch writes on at once, 1 to 7 (default 3)
-  ROTA_DISPATCH_CRON              the dispatch schedules' cron, in UTC (default: 0 * * * *)
-  ROTA_SCHEDULE_CATCHUP_MINUTES   a job's missed fire times still queued by the hour (default 15)
-  ROTA_SCHEDULE_LOOKAHEAD_MINUTES fire times queued ahead of time (default 60)
-  ROTA_RETENTION_DAYS             finished queue runs kept before pruning (default 450)
-  ROTA_ALERT_WEBHOOK_URL          where failed runs and checks are posted as JSON (default: nowhere)
-  ROTA_QUEUE_MAX_WAIT_SECONDS     a due run waiting longer fails the queue's check (default 300)
-  ROTA_GITHUB_REPOSITORIES        owner/name,... the GitHub Source polls (default: none)
-  ROTA_GITHUB_TOKEN, ROTA_GITHUB_API_URL   its token, and its API (default https://api.github.com)"""
 
 
-def _command(commands, name: str, summary: str, details: str, environment: str = _DATABASE_ENV):
+def _worker_settings() -> list[type]:
+    from rota.resources.maintenance import MaintenanceSettings
+
+    return [MaintenanceSettings]
+
+
+def _code_location_settings() -> list[type]:
+    """The settings the code location reads (pipelines/definitions.py), and its workers'."""
+    from rota.resources.alerts import AlertWebhookResource
+    from rota.resources.github import GitHubResource
+    from rota.resources.postgres import PostgresResource
+    from rota.resources.scheduling import DispatchSchedule, SchedulingSettings
+
+    return [PostgresResource, DispatchSchedule, SchedulingSettings, *_worker_settings(), AlertWebhookResource,
+            GitHubResource]
+
+
+def _command(commands, name: str, summary: str, details: str, environment: str = _DATABASE_ENV,
+             settings=list):
     return commands.add_parser(name, help=summary, description=textwrap.fill(f"{summary}. {details}", 88),
-                               epilog=environment,
-                               formatter_class=_Help)
+                               environment=environment, settings=settings, formatter_class=_Help)
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -188,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                     "rota COMMAND --help says what a command does and what it reads.")
     parser.add_argument("--version", action="version", version=f"rota {version('rota')}",
                         help="print the installed rota's version (CHANGELOG.md says what each changed)")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
     _command(commands, "migrate", "apply every migration to rota's database",
              "Idempotent: run it before starting a new version. Creates the database if the role may, and "
              "the tenant role rota_app if it is missing.").set_defaults(run=migrate)
@@ -197,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         "Migrates, loads 3,000 demo duties into an empty embedded database (never into one named by "
         "ROTA_DATABASE_URL), dispatches the last hourly tick so tasks show at once, then runs one code server "
         "(location rota), the webserver, the daemon and the workers until Ctrl-C.",
-        _DATABASE_ENV + _DAGSTER_ENV)
+        settings=_code_location_settings)
     dev_parser.add_argument("--host", default="127.0.0.1", help="the webserver's address")
     dev_parser.add_argument("--port", type=int, default=3000, help="the webserver's port")
     dev_parser.add_argument("--workers", type=int, default=1, help="`rota worker` processes to run")
@@ -224,18 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         "Claims runs with a lease, executes their handlers, records each outcome; after SIGTERM it finishes "
         "what it holds within --grace.",
         _DATABASE_ENV.replace("; unset: the embedded PostgreSQL", " (required)")
-        + "\n  ROTA_WORKER_HANDLERS   comma-separated modules that register handlers")
+        + "\n  ROTA_WORKER_HANDLERS comma-separated modules that register handlers", _worker_settings)
     worker_parser.add_argument("--handlers", help="comma-separated modules that register handlers "
                                "(default: $ROTA_WORKER_HANDLERS)")
-    worker_parser.add_argument("--lease", type=float, default=30.0, help="lease length in seconds")
-    worker_parser.add_argument("--grace", type=float, default=20.0, help="seconds to finish after SIGTERM")
-    worker_parser.add_argument("--poll", type=float, default=0.5, help="seconds between empty polls")
-    worker_parser.add_argument("--no-listen", dest="listen", action="store_false",
-                               help="poll only; do not LISTEN for queued runs (needed behind PgBouncer "
-                                    "in transaction mode)")
-    worker_parser.add_argument("--backoff", type=float, default=5.0, help="first retry delay in seconds")
-    worker_parser.add_argument("--concurrency", type=_positive_int, default=1,
-                               help="runs executed at once, each on a thread of its own")
+    add_options(worker_parser, WorkerSettings)
     worker_parser.set_defaults(run=worker)
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "psql":

@@ -10,7 +10,6 @@ future of every zone, so none is shown missing that nothing owes yet; the tasks 
 window makes ahead of that are a scheduled run's own, reported in its metadata
 (docs/operating.md, "Task partitions")."""
 
-import os
 import warnings
 from datetime import datetime, timedelta
 
@@ -28,6 +27,7 @@ from dagster import (
 from rota.pipelines.periods.calendar import LATEST_UTC_OFFSET, open_range
 from rota.pipelines.periods.history import history_start, installed_at
 from rota.resources.database.schema import FREQUENCIES
+from rota.resources.scheduling import dispatch_schedule_from_env
 
 # Single-run backfills are what make a selected range one run; Dagster still labels the
 # parameter beta and would warn once per asset at every code-location load.
@@ -40,8 +40,7 @@ SINGLE_RUN = BackfillPolicy.single_run()
 PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
 PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
 
-# Hourly: every zone's tasks appear within the hour after its local midnight.
-DISPATCH_CRON = os.environ.get("ROTA_DISPATCH_CRON", "0 * * * *")
+DISPATCH_CRON = dispatch_schedule_from_env().cron
 
 
 def first_dispatch_tick(start: datetime) -> datetime:

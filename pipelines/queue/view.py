@@ -77,8 +77,9 @@ def queue_health(state: QueueState, max_wait_seconds: int) -> dict:
 
 
 @asset_check(asset=JOB_QUEUE, name=QUEUE_HEALTH_CHECK, blocking=False,
-             description="No run failed in the last hour and no due run waits longer than "
-                         "ROTA_QUEUE_MAX_WAIT_SECONDS (default 300). Evaluated every minute by job_queue_sensor.")
+             description="No run failed in the last hour and no due run waits longer than ROTA_QUEUE_MAX_WAIT_SECONDS "
+                         f"(default {SchedulingSettings().max_wait_seconds}). Evaluated every minute by "
+                         "job_queue_sensor.")
 def queue_health_check(_: AssetCheckExecutionContext, database: PostgresResource,
                        scheduling: SchedulingSettings) -> AssetCheckResult:
     return AssetCheckResult(**queue_health(read_queue_state(database.engine()), scheduling.max_wait_seconds))

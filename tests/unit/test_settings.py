@@ -1,0 +1,66 @@
+"""Each settings object reads its variables from the environment once, under the names
+`rota --help` lists, and keeps its declared default for a variable that is unset."""
+
+import pytest
+from dagster import EnvVar
+
+from rota.pipelines.periods.partitions import DISPATCH_CRON
+from rota.resources.alerts import alerts_from_env
+from rota.resources.github import github_from_env
+from rota.resources.maintenance import MaintenanceSettings, maintenance_settings_from_env
+from rota.resources.postgres import postgres_from_env
+from rota.resources.scheduling import DispatchSchedule, dispatch_schedule_from_env, scheduling_settings_from_env
+from rota.resources.settings import whole_number
+
+READ = {
+    "ROTA_DISPATCH_WRITERS": ("5", lambda: postgres_from_env().dispatch_writers, 5),
+    "ROTA_DISPATCH_CRON": ("*/5 * * * *", lambda: dispatch_schedule_from_env().cron, "*/5 * * * *"),
+    "ROTA_SCHEDULE_CATCHUP_MINUTES": ("7", lambda: scheduling_settings_from_env().catch_up_minutes, 7),
+    "ROTA_SCHEDULE_LOOKAHEAD_MINUTES": ("90", lambda: scheduling_settings_from_env().lookahead_minutes, 90),
+    "ROTA_QUEUE_MAX_WAIT_SECONDS": ("45", lambda: scheduling_settings_from_env().max_wait_seconds, 45),
+    "ROTA_RETENTION_DAYS": ("30", lambda: maintenance_settings_from_env().retention_days, 30),
+    "ROTA_GITHUB_API_URL": ("http://127.0.0.1:9", lambda: github_from_env().api_url, "http://127.0.0.1:9"),
+    "ROTA_GITHUB_REPOSITORIES": ("octo/cat", lambda: github_from_env().repositories, "octo/cat"),
+}
+
+
+@pytest.mark.parametrize("variable", READ)
+def test_each_variable_sets_its_field(monkeypatch, variable):
+    raw, read, expected = READ[variable]
+    monkeypatch.setenv(variable, raw)
+    assert read() == expected
+
+
+def test_the_secrets_are_passed_by_name_and_an_empty_one_is_unset(monkeypatch):
+    monkeypatch.setenv("ROTA_GITHUB_TOKEN", "ghp_secret")
+    monkeypatch.setenv("ROTA_ALERT_WEBHOOK_URL", "")
+    assert github_from_env().token == EnvVar("ROTA_GITHUB_TOKEN")
+    assert alerts_from_env().url is None
+
+
+def test_unset_variables_leave_the_declared_defaults(monkeypatch):
+    for variable in READ:
+        monkeypatch.delenv(variable, raising=False)
+    assert scheduling_settings_from_env() == type(scheduling_settings_from_env())()
+    assert maintenance_settings_from_env() == MaintenanceSettings()
+    assert dispatch_schedule_from_env() == DispatchSchedule()
+
+
+def test_the_dispatch_schedules_tick_on_the_variables_cron():
+    assert DISPATCH_CRON == dispatch_schedule_from_env().cron
+
+
+@pytest.mark.parametrize("variable, raw, expected", [
+    ("ROTA_SCHEDULE_CATCHUP_MINUTES", "fifteen", "ROTA_SCHEDULE_CATCHUP_MINUTES must be a whole number, not 'fifteen'"),
+    ("ROTA_RETENTION_DAYS", "-1", "ROTA_RETENTION_DAYS must be a whole number, not '-1'"),
+])
+def test_a_variable_that_is_not_a_whole_number_is_refused_by_name(monkeypatch, variable, raw, expected):
+    monkeypatch.setenv(variable, raw)
+    with pytest.raises(ValueError, match=expected):
+        READ[variable][1]()
+
+
+def test_a_whole_number_says_the_range_it_wanted():
+    assert whole_number("3", 1, 7) == 3
+    with pytest.raises(ValueError, match="must be a whole number of at least 1, not '0'"):
+        whole_number("0", 1)
