@@ -40,7 +40,7 @@ class JobState:
 
 
 @dataclass(frozen=True)
-class Failure:
+class FailedRun:
     run_id: int
     job: str
     attempts: int
@@ -51,7 +51,7 @@ class Failure:
 @dataclass(frozen=True)
 class QueueState:
     jobs: list[JobState]
-    failures: list[Failure] = field(default_factory=list)
+    failures: list[FailedRun] = field(default_factory=list)
 
     def total(self, name: str) -> int:
         return sum(getattr(job, name) for job in self.jobs)
@@ -66,7 +66,7 @@ def read_queue_state(conn: Connection | Engine) -> QueueState:
         jobs = [JobState(name, queued, due, running, failed_day, failed_hour, float(oldest),
                          None if p95 is None else float(p95))
                 for name, queued, due, running, failed_day, failed_hour, oldest, p95 in c.execute(_STATE)]
-        failures = [Failure(*row) for row in c.execute(_FAILURES)]
+        failures = [FailedRun(*row) for row in c.execute(_FAILURES)]
     return QueueState(jobs, failures)
 
 
