@@ -7,8 +7,13 @@ A convention can never change once runs exist: a new convention would not recogn
 the old refs and would produce every piece of work again. Each Source's convention is
 pinned by a test.
 
-A new Source is one module (its `Source`, its producer, its handler) plus one line in
-`SOURCES` below."""
+A new Source is a module here, as nightly.py and github.py are, holding its `Source` and
+its job's `@handler`, and a producer that registers the job (`register_job`) and queues runs
+with `produce_many`: an asset in `SOURCE_ASSETS` (assets.py; the nightly maintenance's) or a
+function a sensor in schedules/ calls (the GitHub Source's, in `GITHUB_SENSORS`), which
+pipelines/definitions.py loads. Then `sources()` below lists it, so tests/unit/test_sources.py
+pins its convention, and `BUILTIN_HANDLER_MODULES` (pipelines/queue/handlers.py) names its
+module, so `rota worker` loads its handler."""
 
 from dataclasses import dataclass
 from typing import Callable
