@@ -25,13 +25,13 @@ from sqlalchemy import create_engine, make_url  # noqa: E402
 
 from rota.resources.database import migrate as migrations
 from rota.resources.database.server import (
-    ROTA_HOME_DEFAULT,
     driver_url,
     libpq_url,
     start_embedded,
     stop_embedded,
     with_database,
 )
+from tests.paths import CHECKOUT_STATE
 
 TEMPLATE = f"rota_test_template_{os.getpid()}"
 _counter = itertools.count()
@@ -92,7 +92,7 @@ def test_server():
         admin = os.environ.get("ROTA_ADMIN_URL")
         yield TestServer(libpq_url(configured), libpq_url(admin) if admin else None)
         return
-    datadir = ROTA_HOME_DEFAULT / "test" / "pgdata"
+    datadir = CHECKOUT_STATE / "test" / "pgdata"
     datadir.parent.mkdir(parents=True, exist_ok=True)
     admin = start_embedded(datadir, database="postgres")
     _embedded_roles(admin)

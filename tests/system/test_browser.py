@@ -19,15 +19,15 @@ from rota.pipelines.periods.calendar import following, period_containing, period
 from rota.pipelines.periods.partitions import first_task_partition
 from rota.pipelines.queue.enqueue import enqueue_scheduled
 from rota.pipelines.queue.jobs import register_job
-from rota.resources.database.server import ROTA_HOME_DEFAULT
 from tests.helpers import duty_values, insert_duties
+from tests.paths import CHECKOUT_STATE
 from tests.system.test_end_to_end import answers, graphql, start_rota_dev, wait_for
 from tests.system.test_fresh_start import PARTITIONS
 
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-SHOTS = ROTA_HOME_DEFAULT / "browser"
+SHOTS = CHECKOUT_STATE / "browser"
 HISTORY_START = (datetime.now(timezone.utc) - timedelta(days=400)).date()
 
 BACKFILLS = "{ partitionBackfillsOrError { ... on PartitionBackfills { results { id status } } } }"

@@ -29,7 +29,6 @@ from rota.pipelines.queue.worker import Worker
 from rota.pipelines.queue.worker_settings import WorkerSettings
 from rota.resources.database import migrate as migrations
 from rota.resources.database.server import (
-    ROTA_HOME_DEFAULT,
     driver_url,
     libpq_url,
     start_embedded,
@@ -37,6 +36,7 @@ from rota.resources.database.server import (
     with_database,
 )
 from tests.helpers import gaps_after, planned_tasks
+from tests.paths import CHECKOUT_STATE
 
 AS_OF = "2026-12-02T12:00:00Z"
 PROJECT = Path(__file__).resolve().parents[2]
@@ -169,7 +169,7 @@ def private_server():
     A server named by ROTA_DATABASE_URL is shared and cannot be crashed by a test."""
     if os.environ.get("ROTA_DATABASE_URL"):
         pytest.skip("crashes a PostgreSQL of its own (the embedded one); ROTA_DATABASE_URL names a shared server")
-    datadir = ROTA_HOME_DEFAULT / "test" / f"crash-{os.getpid()}"
+    datadir = CHECKOUT_STATE / "test" / f"crash-{os.getpid()}"
     shutil.rmtree(datadir, ignore_errors=True)
     datadir.parent.mkdir(parents=True, exist_ok=True)
     start_embedded(datadir, database="postgres")
