@@ -2,25 +2,15 @@
 
 from sqlalchemy import Engine, text
 
-BENCH_ZONES = [
-    "UTC", "Europe/London", "Europe/Paris", "Europe/Berlin", "Europe/Athens", "Europe/Moscow",
-    "Europe/Lisbon", "Africa/Cairo", "Africa/Lagos", "Africa/Johannesburg", "Africa/Nairobi",
-    "Asia/Dubai", "Asia/Karachi", "Asia/Kolkata", "Asia/Kathmandu", "Asia/Dhaka", "Asia/Yangon",
-    "Asia/Bangkok", "Asia/Shanghai", "Asia/Tokyo", "Asia/Seoul", "Australia/Perth",
-    "Australia/Adelaide", "Australia/Darwin", "Australia/Sydney", "Australia/Lord_Howe",
-    "Pacific/Auckland", "Pacific/Chatham", "Pacific/Tongatapu", "Pacific/Kiritimati",
-    "Pacific/Honolulu", "Pacific/Marquesas", "Pacific/Pago_Pago", "America/Anchorage",
-    "America/Los_Angeles", "America/Denver", "America/Chicago", "America/New_York",
-    "America/Caracas", "America/Halifax", "America/St_Johns", "America/Sao_Paulo",
-    "America/Santiago", "Atlantic/Azores", "Atlantic/Cape_Verde",
-]
+from rota.pipelines.cli.demo import ZONES
+
 # Frequency mix: every frequency, weighted so a million duties make about three million tasks.
 MIX = [("daily", 10), ("weekly", 20), ("monthly", 40), ("quarterly", 15), ("yearly", 15)]
 
 
 def load_duties(engine: Engine, count: int, frequencies: list[tuple[str, int]] = MIX, max_lead: int = 30,
-                zones: list[str] = BENCH_ZONES, workspaces: int = 97) -> None:
-    """`count` active recurring duties over the benchmark zones, leads 0..max_lead, owed
+                zones: list[str] = ZONES, workspaces: int = 97) -> None:
+    """`count` active recurring duties over the demo's zones, leads 0..max_lead, owed
     all along: the checks judge them at the benchmarks' instants, which precede the load.
     Duty n belongs to workspace (n % workspaces) + 1 (workspace_of)."""
     buckets = []
