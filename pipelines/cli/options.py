@@ -16,7 +16,7 @@ def _option_type(setting: Declared) -> Callable[[str], Any]:
             except ValueError as wrong:
                 raise argparse.ArgumentTypeError(str(wrong)) from None
         return whole
-    return float
+    return float if setting.kind is timedelta else setting.kind
 
 
 def add_options(parser: argparse.ArgumentParser, settings: type) -> None:
@@ -42,6 +42,7 @@ def settings_from(settings: type, args: argparse.Namespace):
             value = getattr(args, setting.name)
             values[setting.name] = timedelta(seconds=value) if setting.kind is timedelta else value
     return settings(**values)
+
 
 def environment_help(classes: list[type]) -> str:
     """A line for each variable the classes read: what it sets, its range and its default."""

@@ -27,7 +27,6 @@ class WorkerSettings:
         "help": "poll only; do not LISTEN for queued runs (needed behind PgBouncer in transaction mode)"})
     backoff: timedelta = field(default=timedelta(seconds=5),
                                metadata={"flag": "--backoff", "help": "first retry delay in seconds"})
-    # Handlers executing at once, each on a thread of its own with a run of its own.
     concurrency: int = field(default=1, metadata={
         "flag": "--concurrency", "help": "runs executed at once, each on a thread of its own", "ge": 1})
     backoff_cap: timedelta = timedelta(hours=1)
