@@ -1,16 +1,25 @@
 """Each settings object reads its variables from the environment once, under the names
 `rota --help` lists, and keeps its declared default for a variable that is unset."""
 
+from pathlib import Path
+
 import pytest
 from dagster import EnvVar
 
 from rota.pipelines.periods.partitions import DISPATCH_CRON
-from rota.resources.alerts import alerts_from_env
-from rota.resources.github import github_from_env
+from rota.resources.alerts import AlertWebhookResource, alerts_from_env
+from rota.resources.github import GitHubResource, github_from_env
 from rota.resources.maintenance import MaintenanceSettings, maintenance_settings_from_env
-from rota.resources.postgres import postgres_from_env
-from rota.resources.scheduling import DispatchSchedule, dispatch_schedule_from_env, scheduling_settings_from_env
-from rota.resources.settings import whole_number
+from rota.resources.postgres import PostgresResource, postgres_from_env
+from rota.resources.scheduling import (
+    DispatchSchedule,
+    SchedulingSettings,
+    dispatch_schedule_from_env,
+    scheduling_settings_from_env,
+)
+from rota.resources.settings import declared, whole_number
+
+OPERATING = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
 
 READ = {
     "ROTA_DISPATCH_WRITERS": ("5", lambda: postgres_from_env().dispatch_writers, 5),
@@ -64,3 +73,18 @@ def test_a_whole_number_says_the_range_it_wanted():
     assert whole_number("3", 1, 7) == 3
     with pytest.raises(ValueError, match="must be a whole number of at least 1, not '0'"):
         whole_number("0", 1)
+
+
+def test_the_operators_table_of_variables_says_the_declared_defaults():
+    """docs/operating.md is read without rota at hand, so it states the defaults again:
+    held here to the declarations it repeats."""
+    table = {}
+    for line in OPERATING.read_text().splitlines():
+        if line.startswith("| `ROTA_"):
+            variable, default = (cell.strip() for cell in line.strip("|").split("|")[:2])
+            table[variable.strip("`")] = default
+    for settings in (PostgresResource, DispatchSchedule, SchedulingSettings, MaintenanceSettings,
+                     AlertWebhookResource, GitHubResource):
+        for setting in declared(settings):
+            expected = "none" if setting.default in (None, "") else f"`{setting.default}`"
+            assert table.get(setting.env) == expected, (setting.env, table.get(setting.env))
