@@ -17,7 +17,7 @@ parser.add_argument("--repeat", type=int, default=3)
 parser.add_argument("--history-days", type=int, default=365, help="history before the night of `year`")
 parser.add_argument("--year-duties", type=int, default=100_000, help="daily duties of `year`")
 parser.add_argument("--tenant-duties", type=int, default=100_000, help="daily duties of `tenants`")
-parser.add_argument("--only", help="comma-separated: dispatch,year,backfill,planner,memory,enqueue,queue,dagster,tenants")
+parser.add_argument("--only", help="comma-separated: dispatch,foreign_key,year,backfill,planner,memory,enqueue,queue,dagster,tenants")
 args = parser.parse_args()
 sys.exit(main(duties=args.duties, backfill_duties=args.backfill_duties, queue_runs=args.queue_runs,
               repeat=args.repeat, only=args.only.split(",") if args.only else None,
