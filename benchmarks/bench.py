@@ -106,10 +106,8 @@ def planned_rows(engine: Engine, frequency_ranges: dict[str, tuple[Mode, list]])
     for frequency, (mode, requested) in frequency_ranges.items():
         for page in read_pages(engine, frequency, DEFAULT_PAGE_SIZE):
             page_plan = plan(page, frequency=frequency, mode=mode, as_of=AS_OF, requested=requested)
-            # Slices in duty order, each of its duty's periods in key order: identity order.
-            for s in page_plan.slices:
-                for key, *dates in page_plan.groups[s.group][s.first:s.last + 1]:
-                    rows.append((s.duty_id, key, workspace_of[s.duty_id], *dates))
+            for s, (key, *dates) in page_plan.tasks():
+                rows.append((s.duty_id, key, workspace_of[s.duty_id], *dates))
     return rows
 
 

@@ -53,7 +53,7 @@ def declared(settings: type) -> list[Declared]:
 
 def whole_number(raw: str, ge: int | None = None, le: int | None = None) -> int:
     """`raw` as an int within the bounds, or a ValueError saying what was expected."""
-    if raw.isdigit() and (ge is None or int(raw) >= ge) and (le is None or int(raw) <= le):
+    if raw.isascii() and raw.isdigit() and (ge is None or int(raw) >= ge) and (le is None or int(raw) <= le):
         return int(raw)
     if ge is not None and le is not None:
         expected = f" from {ge} to {le}"
@@ -71,6 +71,9 @@ def read_environment(settings: type, secret: Callable[[str], Any] | None = None,
     EnvVar); one set to the empty string counts as unset."""
     values = {}
     for setting in declared(settings):
+        if setting.env is not None and not setting.secret and setting.kind not in (int, str):
+            raise TypeError(f"{settings.__name__}.{setting.name} reads {setting.env}, but only a whole number or "
+                            f"a text is read from the environment, not a {setting.kind.__name__}")
         if setting.env is None or setting.env not in environ:
             continue
         raw = environ[setting.env]

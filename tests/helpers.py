@@ -81,8 +81,7 @@ class TaskRow(NamedTuple):
 def planned_tasks(page_plan: Plan) -> list[TaskRow]:
     """A plan's slices expanded into the task rows the writer makes of them in SQL, in
     identity order."""
-    rows = [TaskRow(s.duty_id, *period)
-            for s in page_plan.slices for period in page_plan.groups[s.group][s.first:s.last + 1]]
+    rows = [TaskRow(s.duty_id, *period) for s, period in page_plan.tasks()]
     rows.sort()
     return rows
 

@@ -121,6 +121,11 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+# A check starts a Python that imports Dagster: seconds on a small machine, beside the code
+# server it asks.
+HEALTH_CHECK_TIMEOUT = 60
+
+
 def _serving(port: int) -> bool:
     """Whether the code server answers Dagster's health check, the one its Helm chart probes
     with (asked only once the port listens: each ask costs a Python start)."""
@@ -129,7 +134,11 @@ def _serving(port: int) -> bool:
     except OSError:
         return False
     check = [sys.executable, "-m", "dagster", "api", "grpc-health-check", "-h", "127.0.0.1", "-p", str(port)]
-    return subprocess.run(check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    try:
+        return subprocess.run(check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=HEALTH_CHECK_TIMEOUT).returncode == 0
+    except subprocess.TimeoutExpired:  # a server still loading may not answer: asked again
+        return False
 
 
 def dispatch_once(now: datetime) -> int:

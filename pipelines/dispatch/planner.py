@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from enum import Enum
 from functools import lru_cache
-from typing import Iterable, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 from rota.pipelines.periods.calendar import Period, following, local_date, period_containing
 
@@ -96,6 +96,13 @@ class Plan:
     # Every offered task lies after its duty's last_dispatched_period, so none is expected
     # to exist yet: only a racing writer or a task made outside the dispatcher has one.
     after_dispatched: bool = True
+
+    def tasks(self) -> Iterator[tuple[Slice, PeriodRow]]:
+        """Each task the plan offers, as its duty's slice and its period, in identity order:
+        slices come in duty order, a duty's periods in key order."""
+        for s in self.slices:
+            for period in self.groups[s.group][s.first:s.last + 1]:
+                yield s, period
 
 
 def _visible_from(period: Period, lead_days: int) -> date:

@@ -29,6 +29,7 @@ DEFAULT_PAGE_SIZE = 20_000
 # (an in-process executor's steps, threads of one run): they share one freeze, counted.
 _freeze_lock = threading.Lock()
 _freeze_holders = 0
+_host_froze = False
 
 
 class DatabaseWentAway(RuntimeError):
@@ -127,17 +128,22 @@ def _collector_frozen() -> Iterator[None]:
     framework (docs/perf.md). Each dispatch freezes what exists as it starts, so one that
     starts while another runs keeps its speed too (the other's objects of that moment then
     stay frozen until the last one ends), and only the last to end unfreezes: one ending
-    earlier would hand the collector the objects the others still run with frozen."""
-    global _freeze_holders
+    earlier would hand the collector the objects the others still run with frozen. A process
+    that froze objects itself before (a server freezing before it forks) keeps its own
+    freeze: what it froze is what a dispatch would, and unfreezing would undo its choice."""
+    global _freeze_holders, _host_froze
     with _freeze_lock:
-        gc.freeze()
+        if not _freeze_holders:
+            _host_froze = gc.get_freeze_count() > 0
+        if not _host_froze:
+            gc.freeze()
         _freeze_holders += 1
     try:
         yield
     finally:
         with _freeze_lock:
             _freeze_holders -= 1
-            if not _freeze_holders:
+            if not _freeze_holders and not _host_froze:
                 gc.unfreeze()
 
 

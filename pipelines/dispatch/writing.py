@@ -187,10 +187,9 @@ def _copy_tasks(cursor, page_plan: Plan, advanced: int) -> PageWritten:
         raise _ChangedSinceRead
     with cursor.copy(QUERIES["copy_tasks"]) as copy:
         copy.set_types(_TASK_TYPES)
-        groups, write_row = page_plan.groups, copy.write_row
-        for s in page_plan.slices:
-            for period in groups[s.group][s.first:s.last + 1]:
-                write_row((s.duty_id, s.workspace, *period))
+        write_row = copy.write_row
+        for s, period in page_plan.tasks():
+            write_row((s.duty_id, s.workspace, *period))
     return PageWritten(None, {key: n for (key, outcome), n in page_plan.periods.items() if outcome == "offered"},
                        copied=True)
 

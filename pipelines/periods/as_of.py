@@ -14,9 +14,11 @@ class AsOfConfig(Config):
 
 
 def run_instant(config: AsOfConfig) -> datetime:
+    """In UTC, whatever offset the config was written with: a run's log and metadata print
+    it, and every instant rota prints is UTC."""
     if config.as_of is None:
         return datetime.now(timezone.utc)
     try:
-        return parse_instant(config.as_of)
+        return parse_instant(config.as_of).astimezone(timezone.utc)
     except ValueError as error:
         raise Failure(description=f"run config rejected: {error}") from None

@@ -33,24 +33,27 @@ def _aware(instant: datetime, name: str) -> datetime:
 
 _ENQUEUE_SCHEDULED = text(QUERIES["enqueue_scheduled"])
 _FIND_SCHEDULED = text(QUERIES["find_scheduled"])
+_ANNOUNCE = QUERIES["announce_queued_runs"]
 
 
 def enqueue_scheduled(conn: Connection | Engine, job_id: int, scheduled_for: datetime) -> Enqueued | AlreadyQueued:
     """Queue the run of `job_id` for the fire time `scheduled_for` (run_at = scheduled_for).
 
     A second call for the same pair meets `job_queue_schedule_identity` and returns
-    AlreadyQueued with the existing run's id, however many schedulers race. A run a cron
-    edit cancelled (an edit since undone, so the fire time is owed again) is queued again:
-    Enqueued, with its own id."""
+    AlreadyQueued with the existing run's id, however many schedulers race. A run its
+    schedule cancelled (a cron edit, since undone, so the fire time is owed again) is
+    queued again: Enqueued, with that run's id."""
     values = {"job_id": job_id, "scheduled_for": _aware(scheduled_for, "scheduled_for")}
     # Given an Engine, the INSERT is a transaction of its own (autocommit): no BEGIN and
     # COMMIT round trips around the one statement, on the path from a run's fire time to
     # its start.
     with (conn.connect().execution_options(isolation_level="AUTOCOMMIT") if isinstance(conn, Engine)
           else transaction(conn)) as c:
-        run_id = c.execute(_ENQUEUE_SCHEDULED, values).scalar()
-        if run_id is not None:
-            return Enqueued(run_id)
+        row = c.execute(_ENQUEUE_SCHEDULED, values).first()
+        if row is not None:
+            if row.queued_again:
+                c.exec_driver_sql(_ANNOUNCE)
+            return Enqueued(row.id)
         # A new statement, so a new snapshot: it sees the row that won the conflict.
         return AlreadyQueued(c.execute(_FIND_SCHEDULED, values).scalar_one())
 
@@ -67,10 +70,11 @@ ENQUEUE_FIRST = 100
 
 def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, datetime]]) -> list[int]:
     """Queue many (job_id, fire time) runs in one transaction; returns the job id of
-    each run created, or queued again after a cron edit cancelled it (as
+    each run created, or queued again after its schedule cancelled it (as
     enqueue_scheduled does). Pairs that exist are filtered inside each statement (no identity
     value is consumed for them); ON CONFLICT guards against a racing producer. Every
-    producer writes in the same order, so racing producers cannot deadlock."""
+    producer writes, and queues again, in the same order, so racing producers cannot
+    deadlock."""
     if not pairs:
         return []
     for _, at in pairs:
@@ -78,7 +82,7 @@ def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, dat
     # dict.fromkeys keeps the callers' order, which is usually sorted already: timsort then
     # takes one pass, where sorting a set's scrambled order cost racing producers 4 ms each.
     ordered = sorted(dict.fromkeys(pairs))
-    created = []
+    created, queued_again = [], False
     with transaction(conn) as c:
         cursor = c.connection.driver_connection.cursor()
         for chunk in (ordered[:ENQUEUE_FIRST], ordered[ENQUEUE_FIRST:]):
@@ -86,5 +90,8 @@ def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, dat
                 continue
             rows = cursor.execute(_ENQUEUE_SCHEDULED_MANY, ([job_id for job_id, _ in chunk],
                                                             [at for _, at in chunk])).fetchall()
-            created.extend(job_id for (job_id,) in rows)
+            created.extend(job_id for job_id, _ in rows)
+            queued_again = queued_again or any(again for _, again in rows)
+        if queued_again:
+            cursor.execute(_ANNOUNCE)
     return created

@@ -37,33 +37,36 @@ WHERE q.state = 'queued' AND q.attempts = 0 AND q.scheduled_for IS NOT NULL
   AND (CAST(:job_ids AS bigint[]) IS NULL OR q.job_id = ANY(:job_ids));
 
 -- name: cancel_unscheduled
--- Its error text marks a cancel as the schedule's: enqueue_scheduled, enqueue_scheduled_many
--- and missing_runs tell it from an operator's by that text alone.
+-- unscheduled_at marks the cancel as the schedule's: a fire time the schedule owes again
+-- (the edit undone) is queued again by enqueue_scheduled and enqueue_scheduled_many, and
+-- counted missing by missing_runs until then. An operator's cancel has none, and stays.
 UPDATE job_queue
-SET state = 'cancelled', finished_at = now(), updated_at = now(),
+SET state = 'cancelled', finished_at = now(), unscheduled_at = now(), updated_at = now(),
     last_error = 'cancelled: the schedule of its job no longer fires at '
                  || to_char(scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
 WHERE id = ANY(:run_ids) AND state = 'queued' AND attempts = 0
 RETURNING id;
 
+-- fragment: queue_again
+-- A fire time whose run its schedule cancelled (cancel_unscheduled) and that is offered
+-- again is owed again: the run is queued again, keeping its identity. Such a run passes the
+-- anti-join above to meet its identity here, in the order the rows are written, so racing
+-- producers lock in one order. Only a run whose schedule cancelled it is taken.
+ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO UPDATE
+SET state = 'queued', finished_at = NULL, last_error = NULL, unscheduled_at = NULL, updated_at = now()
+WHERE job_queue.unscheduled_at IS NOT NULL
+
 -- name: enqueue_scheduled
--- A fire time whose run a cron edit cancelled (cancel_unscheduled) and that is offered
--- again is owed again (the edit was undone): its run is queued again, with its identity.
--- An operator's cancel is not the schedule's and stays.
-WITH restored AS (
-    UPDATE job_queue SET state = 'queued', finished_at = NULL, last_error = NULL, updated_at = now()
-    WHERE job_id = :job_id AND scheduled_for = :scheduled_for AND state = 'cancelled'
-      AND starts_with(last_error, 'cancelled: the schedule of its job no longer fires at ')
-    RETURNING id
-),
-created AS (
-    INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
-    SELECT :job_id, (SELECT workspace_id FROM job WHERE id = :job_id), :scheduled_for, :scheduled_for
-    WHERE NOT EXISTS (SELECT FROM restored)
-    ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
-    RETURNING id
+-- Returns the run and whether it was queued again rather than inserted (the workers then
+-- need telling: job_queue_wakes_workers announces inserts only).
+INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
+SELECT :job_id, (SELECT workspace_id FROM job WHERE id = :job_id), :scheduled_for, :scheduled_for
+WHERE NOT EXISTS (
+    SELECT 1 FROM job_queue q
+    WHERE q.job_id = :job_id AND q.scheduled_for = :scheduled_for AND q.unscheduled_at IS NULL
 )
-SELECT id FROM restored UNION ALL SELECT id FROM created;
+/* fragment: queue_again */
+RETURNING id, xmax <> 0 AS queued_again;
 
 -- name: find_scheduled
 SELECT id FROM job_queue WHERE job_id = :job_id AND scheduled_for = :scheduled_for;
@@ -71,38 +74,25 @@ SELECT id FROM job_queue WHERE job_id = :job_id AND scheduled_for = :scheduled_f
 -- name: enqueue_scheduled_many
 -- Arrays go as binary parameters (%b): psycopg's text dumping of ten thousand
 -- timestamps costs more than the insert, and racing producers pay it all at once.
--- Runs a cron edit cancelled are queued again as in enqueue_scheduled, locked in the
--- order every producer writes in, so that racing producers cannot deadlock.
 WITH offered AS (
     SELECT * FROM unnest(%b::bigint[], %b::timestamptz[]) AS o(job_id, scheduled_for)
-),
-restorable AS (
-    SELECT q.id FROM offered o
-    JOIN job_queue q ON q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
-    WHERE q.state = 'cancelled' AND starts_with(q.last_error, 'cancelled: the schedule of its job no longer fires at ')
-    ORDER BY q.job_id, q.scheduled_for
-    FOR UPDATE OF q
-),
-restored AS (
-    UPDATE job_queue q SET state = 'queued', finished_at = NULL, last_error = NULL, updated_at = now()
-    FROM restorable r
-    WHERE q.id = r.id
-    RETURNING q.job_id
-),
-created AS (
-    INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
-    SELECT o.job_id, j.workspace_id, o.scheduled_for, o.scheduled_for
-    FROM offered o
-    -- LEFT: an unknown job must reach job_queue_job_id_fkey and fail, not vanish
-    LEFT JOIN job j ON j.id = o.job_id
-    WHERE NOT EXISTS (
-        SELECT 1 FROM job_queue q WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
-    )
-    ORDER BY o.job_id, o.scheduled_for
-    ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
-    RETURNING job_id
 )
-SELECT job_id FROM restored UNION ALL SELECT job_id FROM created;
+INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
+SELECT o.job_id, j.workspace_id, o.scheduled_for, o.scheduled_for
+FROM offered o
+-- LEFT: an unknown job must reach job_queue_job_id_fkey and fail, not vanish
+LEFT JOIN job j ON j.id = o.job_id
+WHERE NOT EXISTS (
+    SELECT 1 FROM job_queue q
+    WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for AND q.unscheduled_at IS NULL
+)
+ORDER BY o.job_id, o.scheduled_for
+/* fragment: queue_again */
+RETURNING job_id, xmax <> 0 AS queued_again;
+
+-- name: announce_queued_runs
+-- What job_queue_wakes_workers says for an insert, said for runs queued again.
+SELECT pg_notify('rota_runs_queued', '');
 
 -- name: dispatch_pending
 -- Events not yet delivered, oldest first, each taken by one sensor (SKIP LOCKED), queued
@@ -270,12 +260,12 @@ RETURNING id;
 SELECT id, name, schedule, timezone, scheduled_since FROM job WHERE enabled AND schedule IS NOT NULL ORDER BY id;
 
 -- name: missing_runs
--- A run a cron edit cancelled is missing when its fire time is owed again (it is queued
+-- A run its schedule cancelled is missing when its fire time is owed again (it is queued
 -- again when delivered); an operator's cancel is a decision, not a gap.
 SELECT count(*) FROM unnest(:job_ids, :fire_times) AS o(job_id, scheduled_for)
 WHERE NOT EXISTS (
-    SELECT 1 FROM job_queue q WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
-      AND NOT (q.state = 'cancelled' AND starts_with(q.last_error, 'cancelled: the schedule of its job no longer fires at '))
+    SELECT 1 FROM job_queue q
+    WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for AND q.unscheduled_at IS NULL
 );
 
 -- name: limit_statement_time

@@ -11,7 +11,9 @@ transaction. A run is never executed by two workers at once:
   can be handed the run;
 - past the grace period after SIGTERM, the worker shortens its runs' leases to a few
   seconds and exits; a run is reclaimed (the attempt counted) only once its lease has
-  run out, when this process is long gone.
+  run out, when this process is long gone;
+- renewing the leases failing for any reason but the database (a bug) ends the worker the
+  same way, its traceback logged, with its own exit status (worker_exits.py).
 
 On SIGTERM it stops claiming, lets the handlers in progress finish within the grace
 period, hands back a run it claimed but never started, and exits 0."""
@@ -24,9 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import psycopg
-from psycopg import OperationalError as DriverOperationalError
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError
 
 from rota.pipelines.queue.claims import (
     ClaimedRun,
@@ -39,15 +39,12 @@ from rota.pipelines.queue.claims import (
     seconds_until_next_run,
 )
 from rota.pipelines.queue.handlers import HANDLERS
-from rota.pipelines.queue.worker_settings import (BUG_EXIT, WorkerSettings, default_worker_id, exit_for_bug,
-                                                  exit_lease_lost)
+from rota.pipelines.queue.worker_exits import BUG_EXIT, DATABASE_GONE, exit_for_bug, exit_lease_lost, may_pass
+from rota.pipelines.queue.worker_settings import WorkerSettings, default_worker_id
 from rota.resources.database.queries import queries
 from rota.resources.database.server import libpq_url
 
 QUERIES = queries("rota.pipelines.queue")
-
-# A lost database surfaces through SQLAlchemy, or through a raw psycopg cursor.
-DATABASE_GONE = (OperationalError, DriverOperationalError)
 
 log = logging.getLogger(__name__)
 
@@ -119,11 +116,11 @@ class Worker:
             asked = time.monotonic()
             try:
                 kept = extend_leases(self.engine, self.id, list(confirmed), self.settings.lease)
-            except DATABASE_GONE:
-                log.exception("heartbeat failed; retrying")
-                self._done.wait(WATCH_INTERVAL * 4)
-                continue
             except Exception as error:
+                if may_pass(error):
+                    log.exception("heartbeat failed; retrying")
+                    self._done.wait(WATCH_INTERVAL * 4)
+                    continue
                 # Retrying a bug fails the same way until the leases run out, and the worker
                 # then exits as if another had taken its runs: the bug would go unseen.
                 self._stop_for_bug(error)
@@ -162,7 +159,10 @@ class Worker:
                      "in rota; stopping this worker and its handlers (exit status %d)", BUG_EXIT, exc_info=error)
         self.stopping.set()  # a run claimed now would go to a worker on its way out
         try:
-            self.abandon(f"stopped: renewing its leases failed ({type(error).__name__}: {error}), a bug "
+            # The message's first line only: a driver's error may carry a statement and its
+            # parameters, and the whole traceback is in the log.
+            said = (str(error).strip().splitlines() or [""])[0][:200]
+            self.abandon(f"stopped: renewing its leases failed ({type(error).__name__}: {said}), a bug "
                          "in rota; see the worker's log")
         finally:
             self.on_bug()

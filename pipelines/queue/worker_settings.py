@@ -1,7 +1,5 @@
-"""A worker's settings, its default identity and its exit statuses, as `rota worker` and
-the tests make them."""
+"""A worker's settings and its default identity, as `rota worker` and the tests make them."""
 
-import logging
 import os
 import socket
 import uuid
@@ -37,22 +35,3 @@ class WorkerSettings:
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-# The exit status of a worker that stopped its handler because it could no longer prove
-# it held the run's lease (EX_TEMPFAIL: run it again).
-LEASE_LOST_EXIT = 75
-# The exit status of a worker stopped by a bug in its own lease keeping (EX_SOFTWARE): not a
-# lost lease, and restarting it brings the same bug back, so a supervisor and an operator
-# must be able to tell the two apart.
-BUG_EXIT = 70
-
-
-def exit_lease_lost() -> None:
-    logging.shutdown()
-    os._exit(LEASE_LOST_EXIT)
-
-
-def exit_for_bug() -> None:
-    logging.shutdown()
-    os._exit(BUG_EXIT)

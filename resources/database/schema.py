@@ -202,6 +202,9 @@ job_queue = Table(
     Column("operator_action", Text, nullable=True),
     Column("operator_action_at", DateTime(timezone=True), nullable=True),
     Column("operator_run_id", Text, nullable=True),
+    # When its schedule stopped firing at its fire time: a cron edit's cancel, undone by
+    # queueing it again if the fire time is owed again (migration 0023).
+    Column("unscheduled_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint("job_id", "scheduled_for", name="job_queue_schedule_identity"),
     UniqueConstraint("event_id", "job_id", name="job_queue_event_identity"),
     UniqueConstraint("source", "source_ref", name="job_queue_source_identity"),
@@ -217,6 +220,7 @@ job_queue = Table(
     CheckConstraint("operator_action IN ('retried', 'cancelled')", name="operator_action_valid"),
     CheckConstraint("(operator_action IS NULL) = (operator_action_at IS NULL) "
                     "AND (operator_action IS NULL) = (operator_run_id IS NULL)", name="operator_action_recorded"),
+    CheckConstraint("unscheduled_at IS NULL OR state = 'cancelled'", name="unscheduled_is_cancelled"),
     # Claiming reads queued rows in run_at order.
     Index("job_queue_claim_idx", "state", "run_at"),
 )

@@ -555,3 +555,17 @@ def test_a_duty_changed_between_the_read_and_the_bulk_write_is_written_as_it_sta
         workspaces = dict(conn.execute(text("SELECT id, workspace_id FROM duty")).all())
     assert tasks == ({changed: moved_to, other: workspaces[other]} if change == "moved" else
                      {other: workspaces[other]})
+
+
+def test_a_dispatch_keeps_a_freeze_its_process_made_before_it(engine):
+    """A server that froze its objects before forking keeps them frozen through a dispatch:
+    the dispatch neither adds to that freeze nor ends it."""
+    add_duty(engine)
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-08"))
+        # Frozen objects freed meanwhile leave the count; none joins it, and it is not ended.
+        assert 0 < gc.get_freeze_count() <= frozen
+    finally:
+        gc.unfreeze()

@@ -1,6 +1,7 @@
 """The job queue against a real PostgreSQL: identities, races, claims and workers."""
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -140,6 +141,44 @@ def test_eight_processes_delivering_fire_times_a_cron_edit_cancelled_queue_each_
     with engine.connect() as conn:
         assert conn.execute(text("SELECT state, count(*), max(id) FROM job_queue GROUP BY state")).all() == [
             ("queued", 1000, 1000)]
+
+
+WINDOW = 400
+
+
+def _enqueue_a_window(url, job_id, barrier, results):
+    """A producer offering 400 minutes from its own start: new fire times, then ones a cron
+    edit cancelled, so its first statement both inserts and queues again, and where its
+    first 100 end differs from the others'."""
+    engine = create_engine(driver_url(url), pool_size=1)
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+    start = random.Random(os.getpid()).randrange(350, 500)
+    fire_times = [T0 + timedelta(minutes=n) for n in range(start, start + WINDOW)]
+    barrier.wait()
+    try:
+        results.put((start, enqueue_scheduled_many(engine, [(job_id, t) for t in fire_times])))
+    except Exception as error:  # reported to the parent, which fails the test
+        results.put(repr(error))
+
+
+def test_producers_offering_different_windows_queue_again_and_insert_without_a_deadlock(database_url, engine):
+    """Minutes 500-999 were queued, and a cron edit undone cancelled all but the hours'.
+    Producers racing over different windows insert runs before 500 and queue those after
+    again: each run is locked in one order whichever producer writes it, so none waits
+    for another that waits for it."""
+    job_id = register_job(engine, "report", schedule="* * * * *")
+    enqueue_scheduled_many(engine, [(job_id, T0 + timedelta(minutes=n)) for n in range(500, 1000)])
+    register_job(engine, "report", schedule="0 * * * *")
+    register_job(engine, "report", schedule="* * * * *")
+    outcomes = race_processes(_enqueue_a_window, (database_url, job_id))
+    assert all(isinstance(o, tuple) for o in outcomes), outcomes
+    offered = set().union(*(range(start, start + WINDOW) for start, _ in outcomes))
+    hours = {n for n in range(500, 1000) if n % 60 == 0}
+    assert sum(len(created) for _, created in outcomes) == len(offered - hours)
+    with engine.connect() as conn:
+        queued = conn.execute(text("SELECT scheduled_for FROM job_queue WHERE state = 'queued'")).scalars().all()
+    assert sorted(queued) == sorted(T0 + timedelta(minutes=n) for n in offered | hours)
 
 
 def test_event_runs_are_deduplicated_by_the_event_identity_and_do_not_touch_scheduled_ones(engine):

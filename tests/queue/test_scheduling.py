@@ -14,8 +14,10 @@ from rota.pipelines.queue.assets import FIRE_TIMES_CHECK, LIVE_TAG, SCHEDULED_RU
 from rota.pipelines.queue.cron import InvalidCron
 from rota.pipelines.queue.jobs import register_job
 from rota.pipelines.queue.producing import produce_many
+from rota.pipelines.sources.nightly import compact_finished_runs
 from rota.resources.database.schema import event
 from rota.resources.database.server import libpq_url
+from rota.resources.maintenance import MaintenanceSettings
 from tests.helpers import claim_due_runs, database_fingerprint
 
 UTC = timezone.utc
@@ -298,3 +300,39 @@ def test_a_fire_time_an_operator_cancelled_stays_cancelled_when_delivered_again(
                      materialize_hours("2026-08-31-11:00", "2026-08-31-11:00", as_of="2026-08-31T10:45:00Z")):
         assert delivery.get_asset_check_evaluations()[0].passed, "the operator's cancel is no gap"
         assert runs_of(engine, "report")[utc(2026, 8, 31, 11)].state == "cancelled"
+
+
+@pytest.mark.parametrize("edit", [edit_by_hand, edit_by_registering])
+def test_a_fire_time_queued_again_wakes_the_workers(database_url, engine, edit):
+    """A run queued again is an update, which job_queue_wakes_workers does not announce:
+    the producer says it, or a due run would wait for a worker's next poll."""
+    with listening(database_url) as listener:
+        cron_edited_away_and_back(engine, edit)
+        heard = list(listener.notifies(timeout=1, stop_after=10))
+        assert len(heard) == 3, "11:00 queued, 11:30 queued, 11:00 queued again: each wakes the workers"
+
+
+def test_a_schedules_cancel_compacted_past_retention_is_still_owed_again_and_an_operators_is_not(engine):
+    """Compaction clears a finished run's error text; what cancelled the run must outlive
+    it: the schedule's cancel is missing and queued again once the cron is undone, and an
+    operator's cancel stays a decision, not a gap."""
+    register_job(engine, "report", schedule="0 * * * *")
+    owed_since(engine, "report", "2026-08-31T10:00:00Z")
+    assert materialize_hours("2026-08-31-11:00", "2026-08-31-12:00", as_of="2026-08-31T10:40:00Z").success
+    operator_cancelled = runs_of(engine, "report")[utc(2026, 8, 31, 12)]
+    operated = defs.resolve_job_def("operate_job_queue").execute_in_process(
+        instance=DagsterInstance.ephemeral(),
+        run_config={"ops": {"runs": {"config": {"retry": [], "cancel": [operator_cancelled.id]}}}})
+    assert operated.success
+    edit_by_hand(engine, "report", "30 * * * *")
+    assert live_hour("2026-08-31T10:41:00Z").success
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE job_queue SET finished_at = finished_at - interval '500 days'"))
+    assert compact_finished_runs(engine, MaintenanceSettings(retention_days=450)) == 2
+    edit_by_hand(engine, "report", "0 * * * *")
+    owed_since(engine, "report", "2026-08-31T10:43:00Z")
+    before = materialize_hours("2026-08-31-11:00", "2026-08-31-12:00", as_of="2026-08-31T10:44:00Z",
+                               raise_on_error=False)
+    runs = runs_of(engine, "report")
+    assert (runs[utc(2026, 8, 31, 11)].state, runs[utc(2026, 8, 31, 12)].state) == ("queued", "cancelled")
+    assert all(evaluation.passed for evaluation in before.get_asset_check_evaluations())

@@ -1,12 +1,14 @@
 """Each settings object reads its variables from the environment once, under the names
 `rota --help` lists, and keeps its declared default for a variable that is unset."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from dagster import EnvVar
 
-from rota.pipelines.periods.partitions import DISPATCH_CRON
 from rota.resources.alerts import AlertWebhookResource, alerts_from_env
 from rota.resources.github import GitHubResource, github_from_env
 from rota.resources.maintenance import MaintenanceSettings, maintenance_settings_from_env
@@ -56,12 +58,19 @@ def test_unset_variables_leave_the_declared_defaults(monkeypatch):
 
 
 def test_the_dispatch_schedules_tick_on_the_variables_cron():
-    assert DISPATCH_CRON == dispatch_schedule_from_env().cron
+    """Read once, as the code location loads: in a process of its own, with the variable set."""
+    shown = subprocess.run(
+        [sys.executable, "-c", "from rota.schedules.dispatch import DISPATCH_SCHEDULES\n"
+                               "for s in DISPATCH_SCHEDULES: print(s.name, s.cron_schedule)"],
+        env={**os.environ, "ROTA_DISPATCH_CRON": "7 * * * *"}, capture_output=True, text=True, check=True).stdout
+    ticks = dict(line.split(" ", 1) for line in shown.splitlines())
+    assert len(ticks) == 5 and set(ticks.values()) == {"7 * * * *"}, shown
 
 
 @pytest.mark.parametrize("variable, raw, expected", [
     ("ROTA_SCHEDULE_CATCHUP_MINUTES", "fifteen", "ROTA_SCHEDULE_CATCHUP_MINUTES must be a whole number, not 'fifteen'"),
     ("ROTA_RETENTION_DAYS", "-1", "ROTA_RETENTION_DAYS must be a whole number, not '-1'"),
+    ("ROTA_RETENTION_DAYS", "4\u00b2", "ROTA_RETENTION_DAYS must be a whole number, not '4\u00b2'"),
 ])
 def test_a_variable_that_is_not_a_whole_number_is_refused_by_name(monkeypatch, variable, raw, expected):
     monkeypatch.setenv(variable, raw)
