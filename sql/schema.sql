@@ -139,25 +139,7 @@ CREATE FUNCTION public.duty_window_moved() RETURNS trigger
     END
     $$;
 
-CREATE FUNCTION public.task_duty_still_has_no_tasks_after_delete() RETURNS trigger
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-    DECLARE held record;
-    BEGIN
-        SELECT t.duty_id, t.id AS task_id INTO held
-        FROM removed r JOIN public.task t ON t.duty_id = r.id AND t.workspace_id = r.workspace_id
-        LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'duty % still has tasks (task % and perhaps more); archive it instead of deleting it',
-                held.duty_id, held.task_id
-                USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'task_duty_fkey', TABLE = 'duty';
-        END IF;
-        RETURN NULL;
-    END
-    $$;
-
-CREATE FUNCTION public.task_duty_still_has_no_tasks_after_move() RETURNS trigger
+CREATE FUNCTION public.task_duty_has_no_tasks() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
@@ -166,8 +148,9 @@ CREATE FUNCTION public.task_duty_still_has_no_tasks_after_move() RETURNS trigger
         SELECT t.id INTO held FROM public.task t
         WHERE t.duty_id = OLD.id AND t.workspace_id = OLD.workspace_id LIMIT 1;
         IF FOUND THEN
-            RAISE EXCEPTION 'duty % still has tasks (task % and perhaps more); its id and workspace cannot change',
-                OLD.id, held
+            RAISE EXCEPTION 'duty % still has tasks (task % and perhaps more); %', OLD.id, held,
+                CASE TG_OP WHEN 'DELETE' THEN 'archive it instead of deleting it'
+                           ELSE 'its id and workspace cannot change' END
                 USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'task_duty_fkey', TABLE = 'duty';
         END IF;
         RETURN NULL;
@@ -202,9 +185,9 @@ CREATE TRIGGER duty_frequency_fixed BEFORE UPDATE OF frequency, kind ON public.d
 
 CREATE TRIGGER duty_window_moved BEFORE UPDATE OF effective_from, effective_to ON public.duty FOR EACH ROW WHEN (((old.effective_from IS DISTINCT FROM new.effective_from) OR (old.effective_to IS DISTINCT FROM new.effective_to))) EXECUTE FUNCTION public.duty_window_moved();
 
-CREATE TRIGGER task_duty_fkey_delete AFTER DELETE ON public.duty REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION public.task_duty_still_has_no_tasks_after_delete();
+CREATE TRIGGER task_duty_fkey_delete AFTER DELETE ON public.duty FOR EACH ROW EXECUTE FUNCTION public.task_duty_has_no_tasks();
 
-CREATE TRIGGER task_duty_fkey_move AFTER UPDATE OF id, workspace_id ON public.duty FOR EACH ROW WHEN (((old.id IS DISTINCT FROM new.id) OR (old.workspace_id IS DISTINCT FROM new.workspace_id))) EXECUTE FUNCTION public.task_duty_still_has_no_tasks_after_move();
+CREATE TRIGGER task_duty_fkey_move AFTER UPDATE OF id, workspace_id ON public.duty FOR EACH ROW WHEN (((old.id IS DISTINCT FROM new.id) OR (old.workspace_id IS DISTINCT FROM new.workspace_id))) EXECUTE FUNCTION public.task_duty_has_no_tasks();
 
 CREATE TRIGGER task_duty_fkey_truncate AFTER TRUNCATE ON public.duty FOR EACH STATEMENT EXECUTE FUNCTION public.task_duty_truncated_with_tasks();
 
@@ -215,8 +198,7 @@ CREATE POLICY duty_workspace_isolation ON public.duty USING ((workspace_id = (NU
 REVOKE ALL ON FUNCTION public.duty_eligible_since_moves(),
     public.duty_frequency_fixed(),
     public.duty_window_moved(),
-    public.task_duty_still_has_no_tasks_after_delete(),
-    public.task_duty_still_has_no_tasks_after_move(),
+    public.task_duty_has_no_tasks(),
     public.task_duty_truncated_with_tasks() FROM PUBLIC;
 
 GRANT SELECT,DELETE ON TABLE public.duty TO rota_app;
