@@ -533,6 +533,8 @@ COMMENT ON CONSTRAINT job_queue_source_identity ON public.job_queue IS 'One of t
 
 CREATE INDEX job_queue_claim_idx ON public.job_queue USING btree (state, run_at);
 
+CREATE INDEX job_queue_unscheduled_idx ON public.job_queue USING btree (job_id, scheduled_for) WHERE (unscheduled_at IS NOT NULL);
+
 CREATE FUNCTION public.job_queue_announce_runs() RETURNS trigger
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'

@@ -7,6 +7,7 @@ state."""
 from dataclasses import dataclass
 from datetime import datetime
 
+from psycopg import Cursor
 from sqlalchemy import Connection, Engine, text
 
 from rota.pipelines.queue.transaction import transaction
@@ -59,6 +60,8 @@ def enqueue_scheduled(conn: Connection | Engine, job_id: int, scheduled_for: dat
 
 
 _ENQUEUE_SCHEDULED_MANY = QUERIES["enqueue_scheduled_many"]
+_ANY_UNSCHEDULED = QUERIES["any_unscheduled"]
+_QUEUE_AGAIN_MANY = QUERIES["queue_again_many"]
 
 
 # A racing producer waits at its first conflicting row until the winner commits, and one
@@ -73,7 +76,7 @@ def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, dat
     each run created, or queued again after its schedule cancelled it (as
     enqueue_scheduled does). Pairs that exist are filtered inside each statement (no identity
     value is consumed for them); ON CONFLICT guards against a racing producer. Every
-    producer writes, and queues again, in the same order, so racing producers cannot
+    producer queues again, then inserts, in the same order, so racing producers cannot
     deadlock."""
     if not pairs:
         return []
@@ -82,16 +85,26 @@ def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, dat
     # dict.fromkeys keeps the callers' order, which is usually sorted already: timsort then
     # takes one pass, where sorting a set's scrambled order cost racing producers 4 ms each.
     ordered = sorted(dict.fromkeys(pairs))
-    created, queued_again = [], False
     with transaction(conn) as c:
         cursor = c.connection.driver_connection.cursor()
-        for chunk in (ordered[:ENQUEUE_FIRST], ordered[ENQUEUE_FIRST:]):
-            if not chunk:
-                continue
-            rows = cursor.execute(_ENQUEUE_SCHEDULED_MANY, ([job_id for job_id, _ in chunk],
-                                                            [at for _, at in chunk])).fetchall()
-            created.extend(job_id for job_id, _ in rows)
-            queued_again = queued_again or any(again for _, again in rows)
-        if queued_again:
+        created = _queue_again(cursor, ordered)
+        if created:
             cursor.execute(_ANNOUNCE)
+        for chunk in (ordered[:ENQUEUE_FIRST], ordered[ENQUEUE_FIRST:]):
+            if chunk:
+                rows = cursor.execute(_ENQUEUE_SCHEDULED_MANY, _columns(chunk)).fetchall()
+                created.extend(job_id for (job_id,) in rows)
     return created
+
+
+def _queue_again(cursor: Cursor, ordered: list[tuple[int, datetime]]) -> list[int]:
+    """The job ids of the runs among `ordered` that their schedule had cancelled, queued
+    again; the second statement only when the index says there are some."""
+    jobs = list(dict.fromkeys(job_id for job_id, _ in ordered))
+    if not cursor.execute(_ANY_UNSCHEDULED, (jobs,)).fetchone()[0]:
+        return []
+    return [job_id for (job_id,) in cursor.execute(_QUEUE_AGAIN_MANY, _columns(ordered)).fetchall()]
+
+
+def _columns(pairs: list[tuple[int, datetime]]) -> tuple[list[int], list[datetime]]:
+    return [job_id for job_id, _ in pairs], [at for _, at in pairs]

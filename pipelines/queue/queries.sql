@@ -49,27 +49,52 @@ RETURNING id;
 
 -- fragment: queue_again
 -- A fire time whose run its schedule cancelled (cancel_unscheduled) and that is offered
--- again is owed again: the run is queued again, keeping its identity. Such a run passes the
--- anti-join above to meet its identity here, in the order the rows are written, so racing
--- producers lock in one order. Only a run whose schedule cancelled it is taken.
-ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO UPDATE
+-- again is owed again: the run is queued again, keeping its identity.
 SET state = 'queued', finished_at = NULL, last_error = NULL, unscheduled_at = NULL, updated_at = now()
-WHERE job_queue.unscheduled_at IS NOT NULL
 
 -- name: enqueue_scheduled
 -- Returns the run and whether it was queued again rather than inserted (the workers then
--- need telling: job_queue_wakes_workers announces inserts only).
-INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
-SELECT :job_id, (SELECT workspace_id FROM job WHERE id = :job_id), :scheduled_for, :scheduled_for
-WHERE NOT EXISTS (
-    SELECT 1 FROM job_queue q
-    WHERE q.job_id = :job_id AND q.scheduled_for = :scheduled_for AND q.unscheduled_at IS NULL
+-- need telling: job_queue_wakes_workers announces inserts only). Both parts read one
+-- snapshot, so a run its schedule cancelled is queued again and its pair is no insert.
+WITH queued_again AS (
+    UPDATE job_queue
+    /* fragment: queue_again */
+    WHERE job_id = :job_id AND scheduled_for = :scheduled_for AND unscheduled_at IS NOT NULL
+    RETURNING id
+), inserted AS (
+    INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
+    SELECT :job_id, (SELECT workspace_id FROM job WHERE id = :job_id), :scheduled_for, :scheduled_for
+    WHERE NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.job_id = :job_id AND q.scheduled_for = :scheduled_for)
+    ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
+    RETURNING id
 )
-/* fragment: queue_again */
-RETURNING id, xmax <> 0 AS queued_again;
+SELECT id, true AS queued_again FROM queued_again UNION ALL SELECT id, false FROM inserted;
 
 -- name: find_scheduled
 SELECT id FROM job_queue WHERE job_id = :job_id AND scheduled_for = :scheduled_for;
+
+-- name: any_unscheduled
+-- Whether one of these jobs has a run its schedule cancelled: almost never, and answered
+-- by job_queue_unscheduled_idx with a probe per job, not per fire time.
+SELECT EXISTS (SELECT FROM job_queue WHERE unscheduled_at IS NOT NULL AND job_id = ANY(%b::bigint[]));
+
+-- name: queue_again_many
+-- Before the producer inserts anything, and locked in the order every producer writes:
+-- a racing producer's insert passes these runs over in its anti-join and never waits on
+-- them, and two producers queueing the same runs again wait for each other in one order.
+WITH offered AS (
+    SELECT * FROM unnest(%b::bigint[], %b::timestamptz[]) AS o(job_id, scheduled_for)
+), cancelled AS (
+    SELECT q.id FROM job_queue q JOIN offered o ON q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
+    WHERE q.unscheduled_at IS NOT NULL
+    ORDER BY q.job_id, q.scheduled_for
+    FOR UPDATE OF q
+)
+UPDATE job_queue
+/* fragment: queue_again */
+FROM cancelled c
+WHERE job_queue.id = c.id
+RETURNING job_queue.job_id;
 
 -- name: enqueue_scheduled_many
 -- Arrays go as binary parameters (%b): psycopg's text dumping of ten thousand
@@ -83,12 +108,11 @@ FROM offered o
 -- LEFT: an unknown job must reach job_queue_job_id_fkey and fail, not vanish
 LEFT JOIN job j ON j.id = o.job_id
 WHERE NOT EXISTS (
-    SELECT 1 FROM job_queue q
-    WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for AND q.unscheduled_at IS NULL
+    SELECT 1 FROM job_queue q WHERE q.job_id = o.job_id AND q.scheduled_for = o.scheduled_for
 )
 ORDER BY o.job_id, o.scheduled_for
-/* fragment: queue_again */
-RETURNING job_id, xmax <> 0 AS queued_again;
+ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
+RETURNING job_id;
 
 -- name: announce_queued_runs
 -- What job_queue_wakes_workers says for an insert, said for runs queued again.

@@ -223,6 +223,8 @@ job_queue = Table(
     CheckConstraint("unscheduled_at IS NULL OR state = 'cancelled'", name="unscheduled_is_cancelled"),
     # Claiming reads queued rows in run_at order.
     Index("job_queue_claim_idx", "state", "run_at"),
+    # Producers ask it whether a fire time they offer has a run its schedule cancelled.
+    Index("job_queue_unscheduled_idx", "job_id", "scheduled_for", postgresql_where=text("unscheduled_at IS NOT NULL")),
 )
 
 # Where a Source's poll of one scope (a GitHub repository) got to, written in the same

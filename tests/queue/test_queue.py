@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import create_engine, insert, text
 
 from rota.pipelines.queue.claims import complete_and_claim, fail, reclaim_expired
+from rota.pipelines.queue.enqueue import QUERIES as QUEUE_QUERIES
 from rota.pipelines.queue.enqueue import AlreadyQueued, Enqueued, enqueue_scheduled, enqueue_scheduled_many
 from rota.pipelines.queue.events import dispatch_pending_events
 from rota.pipelines.queue.jobs import register_job
@@ -179,6 +180,27 @@ def test_producers_offering_different_windows_queue_again_and_insert_without_a_d
     with engine.connect() as conn:
         queued = conn.execute(text("SELECT scheduled_for FROM job_queue WHERE state = 'queued'")).scalars().all()
     assert sorted(queued) == sorted(T0 + timedelta(minutes=n) for n in offered | hours)
+
+
+def test_whether_a_produce_has_runs_to_queue_again_is_answered_by_an_index_of_only_those(engine):
+    """Every produce asks whether its jobs have a run their schedule cancelled, before its
+    inserts; job_queue_unscheduled_idx holds only such runs, so the question costs the
+    same however many runs the queue holds."""
+    job_id = register_job(engine, "report", schedule="* * * * *")
+    enqueue_scheduled_many(engine, [(job_id, T0 + timedelta(minutes=n)) for n in range(10_000)])
+    with engine.begin() as conn:
+        conn.exec_driver_sql("ANALYZE job_queue")
+        cursor = conn.connection.driver_connection.cursor()
+        (plan,) = cursor.execute("EXPLAIN (FORMAT JSON) " + QUEUE_QUERIES["any_unscheduled"], ([job_id],)).fetchone()
+    scans = [(node["Node Type"], node.get("Index Name")) for node in plan_nodes(plan[0]["Plan"])
+             if "Scan" in node["Node Type"]]
+    assert scans == [("Index Only Scan", "job_queue_unscheduled_idx")], scans
+
+
+def plan_nodes(node):
+    yield node
+    for child in node.get("Plans", []):
+        yield from plan_nodes(child)
 
 
 def test_event_runs_are_deduplicated_by_the_event_identity_and_do_not_touch_scheduled_ones(engine):
