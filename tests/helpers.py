@@ -5,20 +5,24 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date, datetime, timedelta, timezone
 from typing import NamedTuple
 
 import psycopg
 
-from sqlalchemy import Connection, Engine, insert, make_url, select, text
+from sqlalchemy import Connection, Engine, create_engine, insert, make_url, select, text
 from sqlalchemy.exc import DBAPIError
 
 from rota.pipelines.dispatch.completeness import Gaps, find_gaps
 from rota.pipelines.dispatch.planner import DutyRow, Plan
 from rota.pipelines.dispatch.run import DispatchReport
 from rota.pipelines.queue.claims import ClaimedRun, complete_and_claim
+from rota.pipelines.queue.worker import Worker
+from rota.pipelines.queue.worker_settings import WorkerSettings
 from rota.resources.database.schema import duty, task
-from rota.resources.database.server import libpq_url
+from rota.resources.database.server import driver_url, libpq_url
 
 
 def duty_values(workspace_id=None, **overrides) -> dict:
@@ -204,16 +208,33 @@ def wait_until_blocked_by(engine: Engine, blocker: Connection, what: str, timeou
             time.sleep(0.05)
 
 
-def delete_duty_with_its_tasks(engine: Engine, duty_id: int, outcome: dict) -> None:
-    """Delete a duty's tasks, then the duty, in one transaction; `outcome` gets `deleted`
-    or the error."""
+def record_outcome(work, outcome: dict, refused: type[Exception] = DBAPIError) -> None:
+    """A thread's target: run `work`; `outcome` gets `result`, what it returned, or `error`,
+    the message of the `refused` it raised."""
     try:
-        with engine.begin() as conn:
-            conn.execute(text("DELETE FROM task WHERE duty_id = :d"), {"d": duty_id})
-            conn.execute(text("DELETE FROM duty WHERE id = :d"), {"d": duty_id})
-        outcome["deleted"] = True
-    except DBAPIError as error:
+        outcome["result"] = work()
+    except refused as error:
         outcome["error"] = str(error)
+
+
+def outcome_once_released(engine: Engine, blocker: Connection, what: str, work,
+                          refused: type[Exception] = DBAPIError) -> dict:
+    """Start `work` on another thread, let it wait on a lock `blocker` holds, commit
+    `blocker`, and return what `work` came to (record_outcome's `result` or `error`)."""
+    outcome: dict = {}
+    thread = threading.Thread(target=record_outcome, args=(work, outcome, refused))
+    thread.start()
+    wait_until_blocked_by(engine, blocker, what)
+    blocker.commit()
+    thread.join(timeout=30)
+    return outcome
+
+
+def delete_duty_with_its_tasks(engine: Engine, duty_id: int) -> None:
+    """Delete a duty's tasks, then the duty, in one transaction."""
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM task WHERE duty_id = :d"), {"d": duty_id})
+        conn.execute(text("DELETE FROM duty WHERE id = :d"), {"d": duty_id})
 
 
 def claim_due_runs(conn, worker_id: str, limit: int, lease: timedelta) -> list[ClaimedRun]:
@@ -225,6 +246,23 @@ def complete(conn, run_id: int, worker_id: str) -> bool:
     """Mark a held run succeeded, as a worker's next claim reports it; False if the lease
     was lost (the run was reclaimed)."""
     return run_id in complete_and_claim(conn, worker_id, [run_id], 0, timedelta(0))[0]
+
+
+@contextmanager
+def worker_in_a_thread(database_url: str, settings: WorkerSettings) -> Iterator[list[float]]:
+    """An in-process worker on an engine of its own, stopped on leaving; yields the list of
+    monotonic times it believed a lease lost."""
+    gave_up: list[float] = []
+    worker_engine = create_engine(driver_url(database_url))
+    worker = Worker(worker_engine, settings, on_lease_lost=lambda: gave_up.append(time.monotonic()))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        yield gave_up
+    finally:
+        worker.stopping.set()
+        thread.join(timeout=30)
+        worker_engine.dispose()
 
 
 def gaps_after(engine: Engine, report: DispatchReport) -> Gaps:

@@ -51,6 +51,16 @@ def _one_of(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
+def _table_keyed_by_id(name: str, *items, **options) -> Table:
+    """A table whose key is an `id` PostgreSQL generates: always, so no writer chooses one."""
+    key = Column("id", BigInteger, Identity(always=True), primary_key=True)
+    return Table(name, metadata, key, *items, **options)
+
+
+def _workspace_id(*, nullable: bool) -> Column:
+    return Column("workspace_id", UUID(as_uuid=True), nullable=nullable)
+
+
 def _timestamps() -> list[Column]:
     return [
         Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
@@ -68,11 +78,9 @@ iana_timezone = Table(
     Column("name", Text, primary_key=True),
 )
 
-duty = Table(
+duty = _table_keyed_by_id(
     "duty",
-    metadata,
-    Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column("workspace_id", UUID(as_uuid=True), nullable=False),
+    _workspace_id(nullable=False),
     Column("title", Text, nullable=False),
     Column("kind", Text, nullable=False),
     Column("frequency", Text, nullable=True),
@@ -114,7 +122,7 @@ task = Table(
     metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
     Column("duty_id", BigInteger, nullable=False),
-    Column("workspace_id", UUID(as_uuid=True), nullable=False),
+    _workspace_id(nullable=False),
     # Byte order: every key of one year sorts between 'YYYY' and 'YYYY~', and a partition's
     # range holds exactly the keys it names (migration 0009).
     Column("period_key", Text(collation="C"), primary_key=True),
@@ -138,12 +146,10 @@ task = Table(
 # rows skip, and triggers on duty for delete, move and truncate. A foreign key checked
 # every inserted row with a query of its own and cost more than the insert.
 
-job = Table(
+job = _table_keyed_by_id(
     "job",
-    metadata,
-    Column("id", BigInteger, Identity(always=True), primary_key=True),
     Column("name", Text, nullable=False),
-    Column("workspace_id", UUID(as_uuid=True), nullable=True),
+    _workspace_id(nullable=True),
     Column("schedule", Text, nullable=True),
     Column("timezone", Text, nullable=False, server_default=text("'UTC'")),
     Column("event_type", Text, nullable=True),
@@ -159,11 +165,9 @@ job = Table(
     ForeignKeyConstraint(["timezone"], [iana_timezone.c.name], name="job_timezone_known"),
 )
 
-event = Table(
+event = _table_keyed_by_id(
     "event",
-    metadata,
-    Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column("workspace_id", UUID(as_uuid=True), nullable=True),
+    _workspace_id(nullable=True),
     Column("type", Text, nullable=False),
     Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("occurred_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
@@ -177,12 +181,10 @@ event = Table(
 # constraint. PostgreSQL treats NULLs as distinct, so each constraint binds only rows of
 # its own origin: the three are complementary parts of one idea (producing is an insert
 # whose conflict is an expected outcome), not the same mechanism three times.
-job_queue = Table(
+job_queue = _table_keyed_by_id(
     "job_queue",
-    metadata,
-    Column("id", BigInteger, Identity(always=True), primary_key=True),
     Column("job_id", BigInteger, ForeignKey(job.c.id, name="job_queue_job_id_fkey"), nullable=False),
-    Column("workspace_id", UUID(as_uuid=True), nullable=True),
+    _workspace_id(nullable=True),
     Column("event_id", BigInteger, ForeignKey(event.c.id, name="job_queue_event_id_fkey"), nullable=True),
     Column("scheduled_for", DateTime(timezone=True), nullable=True),
     Column("source", Text, nullable=True),

@@ -37,6 +37,7 @@ from tests.helpers import (
     keys_by_duty,
     last_dispatched,
     race_processes,
+    record_outcome,
     task_keys,
     wait_until_blocked_by,
 )
@@ -369,7 +370,8 @@ def test_a_deletion_after_a_pages_write_waits_for_the_page_and_fails(database_ur
             requested=months("2026-08", "2026-08"))))
         writer.start()
         wait_until_blocked_by(engine, hold, "the page, after its write")
-        deleter = threading.Thread(target=delete_duty_with_its_tasks, args=(engine, victim, outcome))
+        deleter = threading.Thread(target=record_outcome,
+                                   args=(lambda: delete_duty_with_its_tasks(engine, victim), outcome))
         deleter.start()
         _waiting_or_done(engine, "DELETE FROM duty", deleter)
         hold.execute(text("SELECT pg_advisory_unlock(4242)"))

@@ -3,7 +3,6 @@ one, a duty's frequency is fixed once it has tasks, no task outlives its duty wh
 writes, and tenants cannot create, delete or re-run what the system produces."""
 
 import random
-import threading
 from datetime import date, timedelta
 
 import psycopg
@@ -29,10 +28,10 @@ from tests.helpers import (
     delete_duty_with_its_tasks,
     duty_values,
     insert_duties,
+    outcome_once_released,
     planned_tasks,
     task_keys,
     tenant,
-    wait_until_blocked_by,
 )
 from tests.dagster.test_dagster import run_asset
 
@@ -118,21 +117,12 @@ def test_a_frequency_change_racing_a_task_insert_waits_and_is_refused(database_u
     writer = create_engine(driver_url(database_url))
     with writer.connect() as inserting:
         inserting.execute(insert(task), [_task_row(duty_id, workspace, "2026-W50")])  # uncommitted
-        outcome = {}
 
         def change():
-            try:
-                with engine.begin() as conn:
-                    conn.execute(text("UPDATE duty SET frequency = 'monthly' WHERE id = :d"), {"d": duty_id})
-                outcome["changed"] = True
-            except DBAPIError as error:
-                outcome["error"] = str(error)
+            with engine.begin() as conn:
+                conn.execute(text("UPDATE duty SET frequency = 'monthly' WHERE id = :d"), {"d": duty_id})
 
-        changer = threading.Thread(target=change)
-        changer.start()
-        wait_until_blocked_by(engine, inserting, "the frequency change")
-        inserting.commit()
-        changer.join(timeout=30)
+        outcome = outcome_once_released(engine, inserting, "the frequency change", change)
     writer.dispose()
     assert "frequency" in outcome.get("error", ""), outcome
     with engine.connect() as conn:
@@ -156,14 +146,10 @@ def test_an_insert_in_flight_holds_off_the_deletion_of_its_duty(database_url, en
     duty_id = add_duty(engine, workspace_id=workspace)
     ensure_partitions(engine, ["2026-08"])
     writer = create_engine(driver_url(database_url))
-    outcome = {}
     with writer.connect() as inserting:
         inserting.execute(insert(task), [_task_row(duty_id, workspace)])  # uncommitted
-        deleter = threading.Thread(target=delete_duty_with_its_tasks, args=(engine, duty_id, outcome))
-        deleter.start()
-        wait_until_blocked_by(engine, inserting, "the duty's deletion")
-        inserting.commit()
-        deleter.join(timeout=30)
+        outcome = outcome_once_released(engine, inserting, "the duty's deletion",
+                                        lambda: delete_duty_with_its_tasks(engine, duty_id))
     writer.dispose()
     assert "task_duty_fkey" in outcome.get("error", "") or "still has tasks" in outcome.get("error", ""), outcome
     assert _orphans(engine) == 0 and task_keys(engine, duty_id) == ["2026-08"]
@@ -174,23 +160,14 @@ def test_a_deletion_in_flight_refuses_a_task_insert_for_its_duty(database_url, e
     duty_id = add_duty(engine, workspace_id=workspace)
     ensure_partitions(engine, ["2026-08"])
     deleter = create_engine(driver_url(database_url))
-    outcome = {}
     with deleter.connect() as deleting:
         deleting.execute(text("DELETE FROM duty WHERE id = :d"), {"d": duty_id})  # uncommitted
 
         def insert_task():
-            try:
-                with engine.begin() as conn:
-                    conn.execute(insert(task), [_task_row(duty_id, workspace)])
-                outcome["inserted"] = True
-            except DBAPIError as error:
-                outcome["error"] = str(error)
+            with engine.begin() as conn:
+                conn.execute(insert(task), [_task_row(duty_id, workspace)])
 
-        inserter = threading.Thread(target=insert_task)
-        inserter.start()
-        wait_until_blocked_by(engine, deleting, "the task insert")
-        deleting.commit()
-        inserter.join(timeout=30)
+        outcome = outcome_once_released(engine, deleting, "the task insert", insert_task)
     deleter.dispose()
     assert "task_duty_fkey" in outcome.get("error", "") or "does not exist" in outcome.get("error", ""), outcome
     assert _orphans(engine) == 0

@@ -35,6 +35,13 @@ def catalog(url: str) -> str:
     return described
 
 
+def _assert_the_catalog_sees(database_url, engine, change):
+    before = catalog(database_url)
+    with engine.begin() as conn:
+        conn.execute(text(change))
+    assert catalog(database_url) != before
+
+
 def test_migrations_replay_from_empty_and_the_drift_check_is_clean(fresh_database):
     url = emptied(fresh_database())
     migrations.upgrade(url)
@@ -83,10 +90,7 @@ def test_the_migrations_build_exactly_the_schema_that_schema_sql_declares(fresh_
     "GRANT EXECUTE ON FUNCTION job_queue_complete_and_claim(bigint[], text, integer, double precision) TO rota_app",
 ])
 def test_the_comparison_sees_what_alembic_check_does_not(database_url, engine, change):
-    before = catalog(database_url)
-    with engine.begin() as conn:
-        conn.execute(text(change))
-    assert catalog(database_url) != before
+    _assert_the_catalog_sees(database_url, engine, change)
     migrations.check(database_url)
 
 
@@ -95,7 +99,4 @@ def test_the_comparison_sees_what_alembic_check_does_not(database_url, engine, c
     "DROP INDEX job_queue_claim_idx",
 ])
 def test_the_comparison_sees_columns_and_indexes_too(database_url, engine, change):
-    before = catalog(database_url)
-    with engine.begin() as conn:
-        conn.execute(text(change))
-    assert catalog(database_url) != before
+    _assert_the_catalog_sees(database_url, engine, change)

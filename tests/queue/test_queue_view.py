@@ -17,7 +17,7 @@ from rota.pipelines.queue.operations import NotActionable, operate
 from rota.pipelines.queue.view import JOB_QUEUE, QUEUE_HEALTH_CHECK
 from rota.resources.alerts import AlertWebhookResource
 from rota.resources.scheduling import SchedulingSettings
-from tests.helpers import claim_due_runs, wait_until_blocked_by
+from tests.helpers import claim_due_runs, outcome_once_released
 from tests.dagster.test_alerts import webhook
 
 LEASE = timedelta(seconds=60)
@@ -150,24 +150,14 @@ def test_a_cancel_that_meets_a_claim_in_flight_waits_for_it_and_refuses_whole(en
     without a lock, it saw them queued and cancelled only the rest.)"""
     job_id = register_job(engine, "race")
     runs = _queued(engine, job_id, *range(1, 11))
-    outcome = {}
     with engine.connect() as worker:
         worker.begin()
         claimed = {c.id for c in claim_due_runs(worker, "racer", 4, LEASE)}
-
-        def cancel():
-            try:
-                outcome["cancelled"] = operate(engine, retry=[], cancel=runs, by="test").cancelled
-            except NotActionable as refused:
-                outcome["refused"] = str(refused)
-
-        thread = threading.Thread(target=cancel)
-        thread.start()
-        wait_until_blocked_by(engine, worker, "the cancel")
-        worker.commit()
-    thread.join(30)
-    assert "cancelled" not in outcome, outcome
-    assert all(f"run {r} is running, not queued (cancel)" in outcome["refused"] for r in claimed)
+        outcome = outcome_once_released(engine, worker, "the cancel",
+                                        lambda: operate(engine, retry=[], cancel=runs, by="test").cancelled,
+                                        refused=NotActionable)
+    assert "result" not in outcome, outcome
+    assert all(f"run {r} is running, not queued (cancel)" in outcome["error"] for r in claimed)
     with engine.connect() as conn:
         states = dict(conn.execute(text("SELECT id, state FROM job_queue WHERE id = ANY(:ids)"), {"ids": runs}).all())
     assert {r for r, s in states.items() if s == "running"} == claimed

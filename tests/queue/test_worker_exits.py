@@ -2,20 +2,18 @@
 returned inside the grace is recorded before the process exits, and a handler's failure
 is never taken for a lost lease (which would end the worker and its siblings' runs)."""
 
-import threading
 import time
 from datetime import timedelta
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 import rota.pipelines.queue.worker
 from rota.pipelines.queue.claims import reclaim_expired
 from rota.pipelines.queue.enqueue import enqueue_scheduled_many
 from rota.pipelines.queue.jobs import register_job
-from rota.pipelines.queue.worker import Worker
 from rota.pipelines.queue.worker_settings import WorkerSettings
-from rota.resources.database.server import driver_url
 import tests.worker_handlers  # noqa: F401 - registers "sleep" and "boom" for the in-process worker
+from tests.helpers import worker_in_a_thread
 from tests.queue.test_queue import T0, runs, start_worker, wait_for
 from tests.queue.test_worker_slots import _handler_calls_table
 
@@ -65,19 +63,10 @@ def test_a_handlers_failure_is_never_taken_for_a_lost_lease(database_url, engine
         return state
 
     monkeypatch.setattr(rota.pipelines.queue.worker, "fail", slow_to_return)
-    gave_up = []
-    worker_engine = create_engine(driver_url(database_url))
-    worker = Worker(worker_engine, WorkerSettings(lease=timedelta(seconds=1.5), poll_interval=0.05),
-                    on_lease_lost=lambda: gave_up.append(time.monotonic()))
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
+    settings = WorkerSettings(lease=timedelta(seconds=1.5), poll_interval=0.05)
+    with worker_in_a_thread(database_url, settings) as gave_up:
         wait_for(lambda: runs(engine)[0]["state"] == "failed", 30, "the run to fail")
         time.sleep(2)
-    finally:
-        worker.stopping.set()
-        thread.join(timeout=30)
-        worker_engine.dispose()
     assert not gave_up
 
 

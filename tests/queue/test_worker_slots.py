@@ -4,19 +4,17 @@ recorded with the next claim, and SIGTERM finishing every run in hand."""
 
 import subprocess
 import sys
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from rota.pipelines.queue.enqueue import enqueue_scheduled_many
 from rota.pipelines.queue.jobs import register_job
-from rota.pipelines.queue.worker import Worker
 from rota.pipelines.queue.worker_settings import WorkerSettings
-from rota.resources.database.server import driver_url
 import tests.worker_handlers  # noqa: F401 - registers "sleep" for the in-process worker
+from tests.helpers import worker_in_a_thread
 from tests.queue.test_queue import T0, runs, start_worker, stop, wait_for
 
 
@@ -96,19 +94,9 @@ def test_every_run_in_hand_has_its_lease_renewed(database_url, engine):
     the worker never believes a lease lost."""
     _handler_calls_table(engine)
     _sleeping_runs(engine, 3, 4.5)
-    gave_up = []
-    worker_engine = create_engine(driver_url(database_url))
-    worker = Worker(worker_engine, WorkerSettings(lease=timedelta(seconds=2), poll_interval=0.05, concurrency=3,
-                                                  reclaim_interval=0.2),
-                    on_lease_lost=lambda: gave_up.append(time.monotonic()))
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
+    settings = WorkerSettings(lease=timedelta(seconds=2), poll_interval=0.05, concurrency=3, reclaim_interval=0.2)
+    with worker_in_a_thread(database_url, settings) as gave_up:
         wait_for(lambda: len(runs(engine, "state = 'succeeded'")) == 3, 30, "the three runs")
-    finally:
-        worker.stopping.set()
-        thread.join(timeout=30)
-        worker_engine.dispose()
     assert not gave_up
     assert [(r["attempts"], r["last_error"]) for r in runs(engine)] == [(1, None)] * 3
 

@@ -20,7 +20,7 @@ from rota.pipelines.queue.worker_settings import WorkerSettings
 from rota.pipelines.sources.nightly import compact_finished_runs, nightly_ref
 from rota.resources.database.server import driver_url
 from rota.resources.maintenance import MaintenanceSettings
-from tests.helpers import claim_due_runs, database_fingerprint, rows_only
+from tests.helpers import claim_due_runs, database_fingerprint, rows_only, worker_in_a_thread
 from tests.queue.test_queue import add_event, runs, start_worker, stop, wait_for
 
 T0 = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -193,27 +193,20 @@ def test_a_worker_stops_its_handler_before_an_unrenewable_lease_can_expire(datab
     run_id = enqueue_scheduled(engine, job_id, T0).run_id
     with engine.begin() as conn:
         conn.execute(text("UPDATE job_queue SET payload = '{\"seconds\": 4}' WHERE id = :r"), {"r": run_id})
-    gave_up = []
-    worker_engine = create_engine(driver_url(database_url))
-    worker = Worker(worker_engine, WorkerSettings(lease=timedelta(seconds=3), poll_interval=0.05),
-                    on_lease_lost=lambda: gave_up.append(time.monotonic()))
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    holder = engine.connect()
-    try:
-        wait_for(lambda: runs(engine)[0]["state"] == "running", 30, "the run to start")
-        claimed_at = time.monotonic()
-        holder.execute(text("SELECT 1 FROM job_queue WHERE id = :r FOR UPDATE"), {"r": run_id})
-        expires = holder.execute(text("SELECT lease_expires_at - clock_timestamp() FROM job_queue WHERE id = :r"),
-                                 {"r": run_id}).scalar_one()
-        wait_for(lambda: gave_up, 10, "the worker to give up")
-        assert gave_up[0] - claimed_at < expires.total_seconds(), (gave_up, claimed_at, expires)
-    finally:
-        holder.rollback()
-        holder.close()
-        worker.stopping.set()
-        thread.join(timeout=30)
-        worker_engine.dispose()
+    settings = WorkerSettings(lease=timedelta(seconds=3), poll_interval=0.05)
+    with worker_in_a_thread(database_url, settings) as gave_up:
+        holder = engine.connect()
+        try:
+            wait_for(lambda: runs(engine)[0]["state"] == "running", 30, "the run to start")
+            claimed_at = time.monotonic()
+            holder.execute(text("SELECT 1 FROM job_queue WHERE id = :r FOR UPDATE"), {"r": run_id})
+            expires = holder.execute(text("SELECT lease_expires_at - clock_timestamp() FROM job_queue WHERE id = :r"),
+                                     {"r": run_id}).scalar_one()
+            wait_for(lambda: gave_up, 10, "the worker to give up")
+            assert gave_up[0] - claimed_at < expires.total_seconds(), (gave_up, claimed_at, expires)
+        finally:
+            holder.rollback()
+            holder.close()
 
 
 @pytest.mark.slow
