@@ -14,10 +14,11 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import psycopg
 from psycopg import sql
@@ -627,25 +628,37 @@ def case_queue_throughput(server_url: str, runs: int, repeat: int) -> list[Case]
     return cases
 
 
-def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
+def _scheduled_runs_through_dagster() -> Callable[[str], None]:
+    """What runs a frequency's scheduled run as of AS_OF through Dagster (an ephemeral
+    instance, the partitions a schedule's run would name). The definitions load here, before
+    anything is timed: loading them reads the history start from ROTA_DATABASE_URL's database."""
     from dagster import DagsterInstance, materialize
 
     from rota.pipelines.definitions import defs
     from rota.pipelines.dispatch.assets import MODE_TAG
     from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
 
+    def scheduled_run(frequency: str) -> None:
+        first, last = open_range(frequency, AS_OF, 0)
+        name = f"{frequency}_tasks"
+        result = materialize(
+            [defs.resolve_assets_def(name)], instance=DagsterInstance.ephemeral(),
+            tags={PARTITION_RANGE_START_TAG: first.partition_key,
+                  PARTITION_RANGE_END_TAG: last.partition_key, MODE_TAG: "scheduled"},
+            run_config={"ops": {name: {"config": {"as_of": AS_OF.isoformat()}}}},
+        )
+        if not result.success:
+            raise RuntimeError(f"{name} failed")
+
+    return scheduled_run
+
+
+def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
+    scheduled_run = _scheduled_runs_through_dagster()
+
     def through_dagster() -> None:
         for frequency in FREQUENCIES:
-            first, last = open_range(frequency, AS_OF, 0)
-            name = f"{frequency}_tasks"
-            result = materialize(
-                [defs.resolve_assets_def(name)], instance=DagsterInstance.ephemeral(),
-                tags={PARTITION_RANGE_START_TAG: first.partition_key,
-                      PARTITION_RANGE_END_TAG: last.partition_key, MODE_TAG: "scheduled"},
-                run_config={"ops": {name: {"config": {"as_of": AS_OF.isoformat()}}}},
-            )
-            if not result.success:
-                raise RuntimeError(f"{name} failed")
+            scheduled_run(frequency)
 
     direct = median_time(lambda: scheduled_dispatch(engine), repeat, lambda: reset_dispatch(engine))
     dagster = median_time(through_dagster, repeat, lambda: reset_dispatch(engine))
@@ -656,84 +669,89 @@ def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
 TENANT_HOLD_SECONDS = 60
 
 
+@contextmanager
+def _rota_database(url: str) -> Iterator[None]:
+    """ROTA_DATABASE_URL set to `url` for the block, then as it was: the definitions'
+    database resource reads it (an EnvVar) at each run, and the cases after this one run
+    on main's database."""
+    outer = os.environ.get("ROTA_DATABASE_URL")
+    os.environ["ROTA_DATABASE_URL"] = url
+    try:
+        yield
+    finally:
+        if outer is None:
+            os.environ.pop("ROTA_DATABASE_URL", None)
+        else:
+            os.environ["ROTA_DATABASE_URL"] = outer
+
+
+def _run_held_by_a_tenant(run: Callable[[], None], url: str, engine: Engine, locked: int,
+                          statement: str) -> tuple[float, int, bool]:
+    """`run`'s time while a tenant holds `statement` on duty `locked` (it lets go
+    after TENANT_HOLD_SECONDS whatever happens), the duties with a task by the run's end,
+    and whether the tenant still held on then."""
+    with psycopg.connect(libpq_url(url), autocommit=False) as tenant:
+        tenant.execute("SET ROLE rota_app")
+        tenant.execute("SELECT set_config('rota.workspace_id', %s, true)", (workspace_of(locked, 50),))
+        tenant.execute(statement, (locked,))
+        letting_go = threading.Timer(TENANT_HOLD_SECONDS, tenant.rollback)
+        letting_go.start()
+        started = time.perf_counter()
+        run()
+        elapsed = time.perf_counter() - started
+        with engine.connect() as conn:
+            with_task = conn.execute(text("SELECT count(DISTINCT duty_id) FROM task")).scalar_one()
+        holding = letting_go.is_alive()
+        letting_go.cancel()
+        tenant.rollback()
+    return elapsed, with_task, holding
+
+
+def _duty_complete(engine: Engine, duty_id: int) -> bool:
+    """Whether the duty has its task and its marks moved."""
+    with engine.connect() as conn:
+        return conn.execute(text(
+            "SELECT d.last_dispatched_period IS NOT NULL AND EXISTS (SELECT 1 FROM task t WHERE t.duty_id = d.id) "
+            "FROM duty d WHERE d.id = :id"), {"id": duty_id}).scalar_one()
+
+
 def case_tenant_lock(server_url: str, duties: int, repeat: int) -> list[Case]:
     """A daily scheduled run through Dagster over `duties` duties of 50 workspaces, while one
     tenant (role rota_app, its workspace set in its transaction as README's "Add a duty"
     shows) holds an uncommitted UPDATE of one duty's title (or a SELECT … FOR UPDATE of it) for up to
     TENANT_HOLD_SECONDS, against the same run with no tenant at all. Then the first run after
     the tenant lets go must leave the duty complete, its marks moved."""
-    from dagster import DagsterInstance, materialize
-
-    from rota.pipelines.definitions import defs
-    from rota.pipelines.dispatch.assets import MODE_TAG
-    from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
-
+    scheduled_run = _scheduled_runs_through_dagster()
     url = fresh_database(server_url, "rota_bench_tenants")
     engine = create_engine(driver_url(url))
     load_duties(engine, duties, frequencies=[("daily", 1)], workspaces=50)
     locked = duties // 2
-    first, last = open_range("daily", AS_OF, 0)
-    outer = os.environ.get("ROTA_DATABASE_URL")
-    os.environ["ROTA_DATABASE_URL"] = url
 
-    def scheduled_run() -> None:
-        result = materialize(
-            [defs.resolve_assets_def("daily_tasks")], instance=DagsterInstance.ephemeral(),
-            tags={PARTITION_RANGE_START_TAG: first.partition_key,
-                  PARTITION_RANGE_END_TAG: last.partition_key, MODE_TAG: "scheduled"},
-            run_config={"ops": {"daily_tasks": {"config": {"as_of": AS_OF.isoformat()}}}},
-        )
-        if not result.success:
-            raise RuntimeError("daily_tasks failed")
+    def daily_run() -> None:
+        scheduled_run("daily")
 
-    def held_run(statement: str) -> tuple[float, int, bool]:
-        """The run's time while the tenant holds on (it lets go after TENANT_HOLD_SECONDS
-        whatever happens), the duties with a task by the run's end, and whether the tenant
-        still held on then."""
-        with psycopg.connect(libpq_url(url), autocommit=False) as tenant:
-            tenant.execute("SET ROLE rota_app")
-            tenant.execute("SELECT set_config('rota.workspace_id', %s, true)", (workspace_of(locked, 50),))
-            tenant.execute(statement, (locked,))
-            letting_go = threading.Timer(TENANT_HOLD_SECONDS, tenant.rollback)
-            letting_go.start()
-            started = time.perf_counter()
-            scheduled_run()
-            elapsed = time.perf_counter() - started
-            with engine.connect() as conn:
-                with_task = conn.execute(text("SELECT count(DISTINCT duty_id) FROM task")).scalar_one()
-            holding = letting_go.is_alive()
-            letting_go.cancel()
-            tenant.rollback()
-        return elapsed, with_task, holding
-
+    cases = []
     try:
-        free = median_time(scheduled_run, repeat, lambda: reset_dispatch(engine))
-        cases = []
-        for name, statement, expected in (
-                ("tenant_update_held", "UPDATE duty SET title = 'renamed, not committed' WHERE id = %s", duties),
-                ("tenant_for_update", "SELECT 1 FROM duty WHERE id = %s FOR UPDATE", duties - 1)):
-            runs = []
-            for _ in range(repeat):
-                reset_dispatch(engine)
-                runs.append(held_run(statement))
-            elapsed = statistics.median(t for t, _, _ in runs)
-            complete = all(n == expected and holding for _, n, holding in runs)
-            scheduled_run()  # the first run after the tenant let go
-            with engine.connect() as conn:
-                done = conn.execute(text(
-                    "SELECT d.last_dispatched_period IS NOT NULL AND EXISTS (SELECT 1 FROM task t WHERE t.duty_id = d.id) "
-                    "FROM duty d WHERE d.id = :id"), {"id": locked}).scalar_one()
-            ratio = elapsed / free
-            cases.append(Case(name, elapsed, free, ratio, "<= 1.2", ratio <= 1.2 and complete and done,
-                              note=f"{duties:,} duties of 50 workspaces through Dagster; during the hold "
-                                   f"{min(n for _, n, _ in runs):,} of {duties:,} duties had their task "
-                                   f"(expected {expected:,}); after it, duty {locked} "
-                                   + ("complete, marks moved" if done else "STILL INCOMPLETE")))
+        with _rota_database(url):
+            free = median_time(daily_run, repeat, lambda: reset_dispatch(engine))
+            for name, statement, expected in (
+                    ("tenant_update_held", "UPDATE duty SET title = 'renamed, not committed' WHERE id = %s", duties),
+                    ("tenant_for_update", "SELECT 1 FROM duty WHERE id = %s FOR UPDATE", duties - 1)):
+                runs = []
+                for _ in range(repeat):
+                    reset_dispatch(engine)
+                    runs.append(_run_held_by_a_tenant(daily_run, url, engine, locked, statement))
+                elapsed = statistics.median(t for t, _, _ in runs)
+                complete = all(n == expected and holding for _, n, holding in runs)
+                daily_run()  # the first run after the tenant let go
+                done = _duty_complete(engine, locked)
+                ratio = elapsed / free
+                cases.append(Case(name, elapsed, free, ratio, "<= 1.2", ratio <= 1.2 and complete and done,
+                                  note=f"{duties:,} duties of 50 workspaces through Dagster; during the hold "
+                                       f"{min(n for _, n, _ in runs):,} of {duties:,} duties had their task "
+                                       f"(expected {expected:,}); after it, duty {locked} "
+                                       + ("complete, marks moved" if done else "STILL INCOMPLETE")))
     finally:
-        if outer is None:
-            os.environ.pop("ROTA_DATABASE_URL", None)
-        else:
-            os.environ["ROTA_DATABASE_URL"] = outer
         engine.dispose()
     return cases
 

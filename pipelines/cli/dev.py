@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 from sqlalchemy import create_engine
 
@@ -174,80 +175,112 @@ def dispatch_once(now: datetime) -> int:
     return created
 
 
+class _Children:
+    """The processes `rota dev` started, and whether a signal asked it to stop: a Ctrl-C
+    while one is still starting stops the start, not just the wait after it."""
+
+    def __init__(self) -> None:
+        self.processes: list[subprocess.Popen] = []
+        self.stop_requested = False
+
+    def request_stop(self, signum, _frame) -> None:
+        self.stop_requested = True
+
+    def running(self) -> bool:
+        return not self.stop_requested and all(child.poll() is None for child in self.processes)
+
+    def start(self, *command: str, output=None) -> None:
+        self.processes.append(subprocess.Popen(command, preexec_fn=_reset_signals, start_new_session=True,
+                                               stdout=output, stderr=output))
+
+    def stop(self) -> None:
+        for child in reversed(self.processes):
+            _stop_tree(child)
+
+
+# This interpreter's packages, wherever its scripts were put.
+PYTHON = [sys.executable, "-m"]
+
+
+def _configure_dagster(database: Database) -> tuple[Path, int]:
+    """Dagster's instance storage on rota's server, its home under ROTA_HOME and the
+    environment the children inherit; returns that home and the code server's port."""
+    storage_url = dagster_database_url(database.url)
+    ensure_database(storage_url)
+    dagster_home = rota_home() / "dagster"
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    (dagster_home / "dagster.yaml").write_text(DAGSTER_YAML)
+    code_port = _free_port()
+    (dagster_home / "workspace.yaml").write_text(WORKSPACE_YAML.format(port=code_port))
+    os.environ.update({
+        "ROTA_DATABASE_URL": database.url,
+        "ROTA_DAGSTER_STORAGE_URL": dagster_storage_url(storage_url),
+        "DAGSTER_HOME": str(dagster_home),
+    })
+    return dagster_home, code_port
+
+
+def _load_code_server(children: _Children, dagster_home: Path, code_port: int) -> int | None:
+    """Start the code server and wait until it serves: None then, else `rota dev`'s exit
+    status (0 when asked to stop meanwhile, 1 when the server died, its log's end said)."""
+    # One code server that the webserver and the daemon share (the installed package's
+    # definitions, from any directory), as the Helm chart runs it. The runs it launches
+    # print every event; the UI shows them, so here they go to a file.
+    code_log = open(dagster_home / "code-server.log", "ab")  # noqa: SIM115 - the child's for its life
+    children.start(*PYTHON, "dagster", "code-server", "start", "-h", "127.0.0.1", "-p", str(code_port),
+                   "-m", "rota.pipelines.definitions", "--location-name", "rota", "--log-level", "warning",
+                   output=code_log)
+    code_log.close()
+    say("loading the code location rota")
+    while children.running() and not _serving(code_port):
+        time.sleep(0.5)
+    if children.stop_requested:
+        return 0
+    if not children.running():
+        said = (dagster_home / "code-server.log").read_text(errors="replace")[-3000:]
+        say(f"the code server stopped while loading the definitions:\n{said}")
+        return 1
+    return None
+
+
+def _start_ui_daemon_and_workers(children: _Children, args: argparse.Namespace, workspace: Path) -> None:
+    children.start(*PYTHON, "dagster_webserver", "-w", str(workspace), "-h", args.host, "-p", str(args.port))
+    # The daemon's per-tick INFO lines only at --log-level info.
+    children.start(sys.executable, "-c", DAEMON, "run", "-w", str(workspace), "--log-level", args.log_level)
+    # Every worker claims every job's runs: one without the user's handlers would take
+    # their runs and fail them for want of one.
+    handlers = ["--handlers", args.handlers] if args.handlers else []
+    for _ in range(args.workers):
+        children.start(*PYTHON, "rota.pipelines.cli", "worker", *handlers)
+
+
 def dev(args: argparse.Namespace) -> int:
     if _port_taken(args.host, args.port):
         say(f"port {args.port} on {args.host} is already in use (another rota dev?); nothing was started. "
              f"Choose another port with --port, for example: rota dev --port {args.port + 1}")
         return 2
     database = Database()
-    children: list[subprocess.Popen] = []
-    stop = {"requested": False}
-
-    def request_stop(signum, _frame):
-        stop["requested"] = True
-
-    def running() -> bool:
-        return not stop["requested"] and all(child.poll() is None for child in children)
-
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
+    children = _Children()
+    signal.signal(signal.SIGINT, children.request_stop)
+    signal.signal(signal.SIGTERM, children.request_stop)
     try:
         prepare(database)
-        storage_url = dagster_database_url(database.url)
-        ensure_database(storage_url)
-        dagster_home = rota_home() / "dagster"
-        dagster_home.mkdir(parents=True, exist_ok=True)
-        (dagster_home / "dagster.yaml").write_text(DAGSTER_YAML)
-        code_port = _free_port()
-        workspace = dagster_home / "workspace.yaml"
-        workspace.write_text(WORKSPACE_YAML.format(port=code_port))
-        os.environ.update({
-            "ROTA_DATABASE_URL": database.url,
-            "ROTA_DAGSTER_STORAGE_URL": dagster_storage_url(storage_url),
-            "DAGSTER_HOME": str(dagster_home),
-        })
-        if stop["requested"]:
+        dagster_home, code_port = _configure_dagster(database)
+        if children.stop_requested:
             return 0
-        python = [sys.executable, "-m"]  # this interpreter's packages, wherever its scripts were put
-
-        def start(*command: str, output=None) -> None:
-            children.append(subprocess.Popen(command, preexec_fn=_reset_signals, start_new_session=True,
-                                             stdout=output, stderr=output))
-
-        # One code server that the webserver and the daemon share (the installed package's
-        # definitions, from any directory), as the Helm chart runs it. The runs it launches
-        # print every event; the UI shows them, so here they go to a file. The daemon's
-        # per-tick INFO lines only at --log-level info.
-        code_log = open(dagster_home / "code-server.log", "ab")  # noqa: SIM115 - the child's for its life
-        start(*python, "dagster", "code-server", "start", "-h", "127.0.0.1", "-p", str(code_port),
-              "-m", "rota.pipelines.definitions", "--location-name", "rota", "--log-level", "warning", output=code_log)
-        code_log.close()
-        say("loading the code location rota")
-        while running() and not _serving(code_port):
-            time.sleep(0.5)
-        if stop["requested"]:
-            return 0
-        if not running():
-            said = (dagster_home / "code-server.log").read_text(errors="replace")[-3000:]
-            say(f"the code server stopped while loading the definitions:\n{said}")
-            return 1
+        failed = _load_code_server(children, dagster_home, code_port)
+        if failed is not None:
+            return failed
         say(f"dispatched the last tick: {dispatch_once(datetime.now(timezone.utc))} tasks created "
              f"(then every hour on the hour)")
-        start(*python, "dagster_webserver", "-w", str(workspace), "-h", args.host, "-p", str(args.port))
-        start(sys.executable, "-c", DAEMON, "run", "-w", str(workspace), "--log-level", args.log_level)
-        # Every worker claims every job's runs: one without the user's handlers would take
-        # their runs and fail them for want of one.
-        handlers = ["--handlers", args.handlers] if args.handlers else []
-        for _ in range(args.workers):
-            start(*python, "rota.pipelines.cli", "worker", *handlers)
+        _start_ui_daemon_and_workers(children, args, dagster_home / "workspace.yaml")
         say(f"database {database.url} (open a SQL prompt with: rota psql)")
         say(f"run logs: in the UI, and in {dagster_home / 'code-server.log'}")
         say(f"Dagster UI and daemon starting on http://{args.host}:{args.port}, {args.workers} "
              "worker(s) claiming queued runs (Ctrl-C stops everything)")
-        while running():
+        while children.running():
             time.sleep(0.2)
-        return 0 if stop["requested"] else 1
+        return 0 if children.stop_requested else 1
     finally:
-        for child in reversed(children):
-            _stop_tree(child)
+        children.stop()
         database.close()
