@@ -84,7 +84,7 @@ def prepare(database: Database) -> None:
     finally:
         engine.dispose()
     if loaded:
-        say(f"loaded {loaded} demo duties and the demo job noop")
+        say(f"loaded {loaded} demo duties and the demo cron job noop")
 
 
 def _port_taken(host: str, port: int) -> bool:

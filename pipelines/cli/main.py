@@ -137,11 +137,18 @@ def psql(args: argparse.Namespace) -> int:
     os.execve(binary, [str(binary), *args.psql_args], libpq_environment(url, dict(os.environ)))
 
 
-_DATABASE_ENV = """\
-environment:
+_DATABASE_URL_ENV = """\
   ROTA_DATABASE_URL   rota's database, a libpq URL (postgresql://user:pass@host:5432/rota or
-                      postgresql://user@/rota?host=/socket/dir); unset: the embedded PostgreSQL
+                      postgresql://user@/rota?host=/socket/dir)"""
+_DATABASE_ENV = f"""\
+environment:
+{_DATABASE_URL_ENV}; unset: the embedded PostgreSQL
   ROTA_HOME           local state, the embedded PostgreSQL's data among it (default: ./.rota)"""
+# A worker never falls back to the embedded PostgreSQL, so ROTA_HOME is nothing to it.
+_WORKER_ENV = f"""\
+environment:
+{_DATABASE_URL_ENV} (required)
+  ROTA_WORKER_HANDLERS comma-separated modules that register handlers"""
 
 
 def _worker_settings() -> list[type]:
@@ -191,9 +198,9 @@ def main(argv: list[str] | None = None) -> int:
              "the tenant role rota_app if it is missing.").set_defaults(run=migrate)
     dev_parser = _command(
         commands, "dev", "start the Dagster UI, daemon and a queue worker, with demo data",
-        "Migrates, loads 3,000 demo duties into an empty embedded database (never into one named by "
-        "ROTA_DATABASE_URL), dispatches the last hourly tick so tasks show at once, then runs one code server "
-        "(location rota), the webserver, the daemon and the workers until Ctrl-C.",
+        "Migrates, loads 3,000 demo duties and the demo cron job noop into an empty embedded database "
+        "(never into one named by ROTA_DATABASE_URL), dispatches the last hourly tick so tasks show at once, "
+        "then runs one code server (location rota), the webserver, the daemon and the workers until Ctrl-C.",
         settings=_code_location_settings)
     dev_parser.add_argument("--host", default="127.0.0.1", help="the webserver's address")
     dev_parser.add_argument("--port", type=int, default=3000, help="the webserver's port")
@@ -220,8 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         commands, "worker", "claim and execute queued runs until SIGTERM",
         "Claims runs with a lease, executes their handlers, records each outcome; after SIGTERM it finishes "
         "what it holds within --grace.",
-        _DATABASE_ENV.replace("; unset: the embedded PostgreSQL", " (required)")
-        + "\n  ROTA_WORKER_HANDLERS comma-separated modules that register handlers", _worker_settings)
+        _WORKER_ENV, _worker_settings)
     worker_parser.add_argument("--handlers", help="comma-separated modules that register handlers "
                                "(default: $ROTA_WORKER_HANDLERS)")
     add_options(worker_parser, WorkerSettings)

@@ -25,13 +25,17 @@ from rota.resources.scheduling import SchedulingSettings
 JOB_QUEUE = "job_queue"
 QUEUE_HEALTH_CHECK = "no_failed_or_waiting_runs"
 _PER_JOB = ("queued", "running", "failed_last_day", "oldest_waiting_seconds", "claim_latency_p95_seconds")
+# A job's claim latency when no run of the last hour has started: said, not left out, so a
+# fresh install shows every key the description promises. The Plots tab skips a text.
+NO_CLAIM_LATENCY = "none: no run that fell due in the last hour has started"
 
 job_queue_asset = AssetSpec(
     JOB_QUEUE, group_name="queue", kinds={"postgres"},
     description="The queue of handler runs, reported every minute by job_queue_sensor: per job, runs queued, "
                 "running and failed in the last day, the oldest due run's wait, and the claim latency (p95 "
-                "over the last hour, from falling due to starting); the Plots tab shows each over time. "
-                "Retry a failed run or cancel a queued one with the job operate_job_queue.")
+                "over the last hour, from falling due to starting; none while no such run has started); the "
+                "Plots tab shows each over time. Retry a failed run or cancel a queued one with the job "
+                "operate_job_queue.")
 
 
 def _cell(error: str | None, limit: int = 300) -> str:
@@ -48,8 +52,11 @@ def queue_metadata(state: QueueState) -> dict:
     for job_state in state.jobs:
         for name in _PER_JOB:
             value = getattr(job_state, name)
-            if value is not None:
-                metadata[f"{job_state.job}: {name}"] = round(value, 3) if isinstance(value, float) else value
+            if value is None:
+                value = MetadataValue.text(NO_CLAIM_LATENCY)
+            elif isinstance(value, float):
+                value = round(value, 3)
+            metadata[f"{job_state.job}: {name}"] = value
     failures = ["| run | job | attempts | failed at | error |", "|---|---|---|---|---|"]
     failures += [f"| {f.run_id} | {f.job} | {f.attempts} | {f.finished_at:%Y-%m-%d %H:%M:%S %Z} | {_cell(f.error)} |"
                  for f in state.failures]

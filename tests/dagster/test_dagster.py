@@ -181,6 +181,29 @@ def test_a_scheduled_run_fills_no_gap_where_a_backfill_would(engine):
     assert task_keys(engine, duty_id) == ["2026-08-31", "2026-09-01", "2026-09-02", "2026-09-03"]
 
 
+def test_rota_devs_start_up_dispatch_is_the_last_ticks_scheduled_run_saying_who_started_it(engine, tmp_path,
+                                                                                           monkeypatch):
+    """Its materializations say `mode: scheduled` because it dispatches by the scheduled
+    rules, as the daemon would have at the tick (a backfill of the same range would fill
+    the day before and make nothing ahead); its runs say `rota dev` started them, and claim
+    no schedule's tick."""
+    from rota.pipelines.cli.dev import STARTED_BY_TAG, dispatch_once
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    duty_id = add_duty(engine, frequency="daily", timezone="UTC", lead_days=3)
+    assert dispatch_once(parse_instant("2026-08-31T09:30:00Z")) == 4
+    assert task_keys(engine, duty_id) == ["2026-08-31", "2026-09-01", "2026-09-02", "2026-09-03"]
+    with DagsterInstance.get() as instance:
+        runs = instance.get_runs()
+        assert len(runs) == len(FREQUENCIES)
+        assert all(run.tags[STARTED_BY_TAG] == "rota dev" and "dagster/schedule_name" not in run.tags
+                   and run.tags[MODE_TAG] == "scheduled" for run in runs)
+        [daily] = [run for run in runs if run.job_name == "dispatch_daily_tasks"]
+        materialized = [record.asset_materialization for record in instance.fetch_materializations(
+            AssetKey("daily_tasks"), limit=10).records if record.run_id == daily.run_id]
+    assert materialized and all(m.metadata["mode"].value == "scheduled" for m in materialized)
+
+
 def test_every_frequency_schedule_runs(engine):
     ids = {f: add_duty(engine, frequency=f, timezone="Pacific/Chatham", lead_days=3) for f in FREQUENCIES}
     tick = datetime(2026, 12, 31, 11, tzinfo=timezone.utc) - timedelta(minutes=0)

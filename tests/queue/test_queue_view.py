@@ -14,7 +14,7 @@ from rota.pipelines.queue.claims import fail
 from rota.pipelines.queue.enqueue import enqueue_scheduled
 from rota.pipelines.queue.jobs import register_job
 from rota.pipelines.queue.operations import NotActionable, operate
-from rota.pipelines.queue.view import JOB_QUEUE, QUEUE_HEALTH_CHECK
+from rota.pipelines.queue.view import JOB_QUEUE, NO_CLAIM_LATENCY, QUEUE_HEALTH_CHECK
 from rota.resources.alerts import AlertWebhookResource
 from rota.resources.scheduling import SchedulingSettings
 from tests.helpers import claim_due_runs, outcome_once_released
@@ -52,6 +52,7 @@ def _sense(instance):
 def test_the_sensor_reports_each_jobs_state_and_the_failed_runs_with_their_errors(engine):
     mail = register_job(engine, "mail", max_attempts=1)
     report = register_job(engine, "report", max_attempts=1)
+    register_job(engine, "idle")  # no run yet, as every job on a fresh install
     failed = _failed_run(engine, mail, "SMTP 550: mailbox unavailable")
     _queued(engine, report, 12, 2)  # due for twelve minutes and for two
     enqueue_scheduled(engine, report, datetime.now(timezone.utc) + timedelta(hours=2))  # queued, not due
@@ -66,6 +67,11 @@ def test_the_sensor_reports_each_jobs_state_and_the_failed_runs_with_their_error
     assert (metadata["mail: failed_last_day"], metadata["report: queued"], metadata["report: running"]) == (1, 2, 1)
     assert 110 <= metadata["report: oldest_waiting_seconds"] <= 200  # the run due two minutes ago
     assert metadata["report: claim_latency_p95_seconds"] >= 600  # claimed twelve minutes after it fell due
+    # Every key the asset's description promises is there before any run was claimed.
+    assert {key for key in metadata if key.startswith("idle: ")} == {
+        f"idle: {name}" for name in ("queued", "running", "failed_last_day", "oldest_waiting_seconds",
+                                     "claim_latency_p95_seconds")}
+    assert metadata["idle: claim_latency_p95_seconds"] == NO_CLAIM_LATENCY
     assert f"| {failed} | mail | 1 |" in metadata["failed_runs"] and "SMTP 550" in metadata["failed_runs"]
 
     [evaluation] = [e for e in result.asset_events if e.__class__.__name__ == "AssetCheckEvaluation"]

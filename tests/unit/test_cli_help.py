@@ -1,7 +1,8 @@
 """`rota <command> --help` states each option's real default and never a stored one that
 reads as the opposite (issue 39: `--no-listen … (default: True)`), and the defaults and
-variables it lists are those of the settings objects that read them (issue 40); a handler
-module that is not there is refused by name before a database is needed."""
+variables it lists are those of the settings objects that read them (issue 40), a worker's
+no more than it reads; a handler module that is not there is refused by name before a
+database is needed."""
 
 import argparse
 import re
@@ -19,6 +20,7 @@ from rota.resources.github import GitHubResource
 from rota.resources.maintenance import MaintenanceSettings
 from rota.resources.postgres import PostgresResource
 from rota.resources.scheduling import DispatchSchedule, SchedulingSettings
+from rota.resources.settings import declared
 
 COMMANDS = ["migrate", "dev", "history-start", "psql", "worker"]
 
@@ -105,3 +107,14 @@ def test_rota_dev_lists_each_variable_with_the_default_its_settings_have(capsys,
 def test_a_worker_lists_what_its_nightly_maintenance_reads(capsys):
     assert f"ROTA_RETENTION_DAYS days a finished queue run keeps its payload and error (default: " \
            f"{MaintenanceSettings().retention_days})" in _help(capsys, "worker")
+
+
+def test_a_worker_lists_only_the_variables_it_reads(capsys):
+    """A worker requires ROTA_DATABASE_URL and never falls back to the embedded PostgreSQL
+    that ROTA_HOME locates, so ROTA_HOME is not among its variables; every other command
+    may start that server and lists it."""
+    environment = _help(capsys, "worker").split(" environment: ", 1)[1]
+    assert set(re.findall(r"\bROTA_[A-Z_]+", environment)) == {
+        "ROTA_DATABASE_URL", "ROTA_WORKER_HANDLERS", *(setting.env for setting in declared(MaintenanceSettings))}
+    for command in ("migrate", "dev", "history-start", "psql"):
+        assert "ROTA_HOME local state" in _help(capsys, command), command
