@@ -30,6 +30,7 @@ from rota.pipelines.dispatch.planner import Mode, plan
 from rota.pipelines.dispatch.reading import read_pages
 from rota.pipelines.dispatch.run import DEFAULT_PAGE_SIZE, dispatch
 from rota.pipelines.periods.calendar import open_range, period_containing, periods_between
+from rota.pipelines.periods.history import OVERRIDE as HISTORY_OVERRIDE
 from rota.pipelines.queue.enqueue import enqueue_scheduled, enqueue_scheduled_many
 from rota.pipelines.queue.jobs import register_job
 from rota.resources.database import migrate as migrations
@@ -631,7 +632,9 @@ def case_queue_throughput(server_url: str, runs: int, repeat: int) -> list[Case]
 def _scheduled_runs_through_dagster() -> Callable[[str], None]:
     """What runs a frequency's scheduled run as of AS_OF through Dagster (an ephemeral
     instance, the partitions a schedule's run would name). The definitions load here, before
-    anything is timed: loading them reads the history start from ROTA_DATABASE_URL's database."""
+    anything is timed, with partitions from a year before AS_OF: a benchmark database's
+    history starts the day it is made, which after AS_OF has no partition for it."""
+    os.environ.setdefault(HISTORY_OVERRIDE, (AS_OF - timedelta(days=366)).date().isoformat())
     from dagster import DagsterInstance, materialize
 
     from rota.pipelines.definitions import defs
