@@ -203,6 +203,45 @@ def plan_nodes(node):
         yield from plan_nodes(child)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_asking_the_index_first_queues_what_restoring_every_time_queues_on_random_histories(engine, monkeypatch, seed):
+    """The producers restore only when job_queue_unscheduled_idx says a job has a run its
+    schedule cancelled. Two jobs live one random history of windows produced (single and
+    many), cron edits away and back, and operator cancels; one asks the index first, the
+    other restores every time, and their queues must end alike."""
+    from rota.pipelines.queue import enqueue
+
+    rng = random.Random(seed)
+    steps = []
+    for _ in range(40):
+        kind = rng.choice(["window", "window", "single", "edit", "operator_cancel"])
+        start = rng.randrange(0, 300)
+        steps.append((kind, start, rng.randrange(1, 120), rng.choice(["0 * * * *", "*/15 * * * *", "* * * * *"])))
+
+    def live(name, always_restore):
+        monkeypatch.setattr(enqueue, "_ANY_UNSCHEDULED",
+                            "SELECT %b::bigint[] IS NOT NULL" if always_restore else QUEUE_QUERIES["any_unscheduled"])
+        job_id = register_job(engine, name, schedule="* * * * *")
+        for kind, start, length, schedule in steps:
+            if kind == "window":
+                enqueue_scheduled_many(engine, [(job_id, T0 + timedelta(minutes=n)) for n in range(start, start + length)])
+            elif kind == "single":
+                enqueue_scheduled(engine, job_id, T0 + timedelta(minutes=start))
+            elif kind == "edit":
+                register_job(engine, name, schedule=schedule)
+            else:
+                with engine.begin() as conn:
+                    conn.execute(text("UPDATE job_queue SET state = 'cancelled', finished_at = now() "
+                                      "WHERE job_id = :job AND scheduled_for = :at AND state = 'queued'"),
+                                 {"job": job_id, "at": T0 + timedelta(minutes=start)})
+        return [(r["scheduled_for"], r["state"], r["unscheduled_at"] is None)
+                for r in runs(engine, f"job_id = {job_id}")]
+
+    shortcut, full = live("asks_the_index", False), live("restores_always", True)
+    assert shortcut == full
+    assert any(state == "cancelled" for _, state, _ in full)
+
+
 def test_event_runs_are_deduplicated_by_the_event_identity_and_do_not_touch_scheduled_ones(engine):
     report = register_job(engine, "report", schedule="0 * * * *", event_type="invoice.paid")
     mailer = register_job(engine, "mailer", event_type="invoice.paid")
