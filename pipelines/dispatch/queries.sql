@@ -325,6 +325,22 @@ FROM (SELECT o.duty_id, o.workspace, p.period_key, o.version, p.span_from, p.spa
 WHERE d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
   AND d.workspace_id = n.workspace;
 
+-- name: offer_only_free
+-- A bulk page that met a lock (page_settings' lock_timeout), written again around it: the
+-- page's duties no other transaction holds are locked now, as advance_new locks them, and
+-- stay on offer for the bulk path; the others (a tenant's open UPDATE or FOR UPDATE, a duty
+-- deleted or moved since the read) leave offered_duty and are returned, for insert_careful
+-- to write as they stand. SKIP LOCKED waits on no tenant.
+WITH free AS MATERIALIZED (
+    SELECT d.id FROM duty d
+    WHERE d.id IN (SELECT duty_id FROM offered_duty) AND d.frequency = %(frequency)s
+      AND d.id BETWEEN %(first_id)s AND %(last_id)s
+    FOR NO KEY UPDATE OF d SKIP LOCKED
+)
+DELETE FROM offered_duty o
+WHERE NOT EXISTS (SELECT 1 FROM free f WHERE f.id = o.duty_id)
+RETURNING o.duty_id;
+
 -- name: advance_settings
 -- The temporary tables have no statistics, so the planner expects a few hundred duties
 -- and probes duty_pkey once for each of the page's duties. Without nested loops it reads

@@ -109,8 +109,12 @@ def test_a_tenant_lock_on_one_duty_holds_back_no_other(database_url, engine, hol
         assert report.held == set()
         assert report.marks_deferred == ({locked} if outcome == "made, marks deferred" else set())
         assert last_dispatched(engine, locked) == (None if outcome == "made, marks deferred" else TODAY)
-    # Only the locked duty's page was written again (page_size 200).
+    # Only the locked duty's page was written again (page_size 200), and on the bulk path
+    # only the held duty went to insert_careful: the page's others were still COPYed.
     assert report.pages_written_again <= 1
+    assert report.pages_copied == (DUTIES // 200 if path == "bulk" else 0)
+    made = sum(len(keys) for keys in tasks.values())
+    assert report.total("created") == report.for_period(TODAY)["created"] == made
 
     # The tenant has let go (dispatch_while_held rolled it back): the next run completes
     # the duty and brings its marks up to date.
