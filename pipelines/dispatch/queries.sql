@@ -104,12 +104,12 @@ CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
 -- transaction only, that every task it inserts comes from a duty row its statement holds
 -- (the `locked` step of insert_new and insert_careful, or advance_new's row locks), so
 -- task_duty_fkey_insert does not check them again. On the bulk path that word rests on
--- writing.py's _copy_tasks, which COPYs only when advance_new moved every duty of the
--- page, each still in the workspace the COPY names.
+-- writing.py's _copy_tasks, which COPYs only when advance_new moved every duty still on
+-- offer, each still in the workspace the COPY names.
 --
 -- lock_timeout bounds how long the page waits on a lock: a fast-path page gives up on a
 -- duty row a tenant holds (an open UPDATE, FOR UPDATE) within a moment and is written
--- again by insert_careful, which waits on no tenant's row ('0': insert_careful waits only
+-- again, the held duties by insert_careful (offer_only_free), which waits on no tenant's row ('0': insert_careful waits only
 -- on a racing writer's uncommitted tasks, and on a lock on a whole table, which a tenant
 -- can take on duty since it may delete duties: docs/guarantees.md, "A tenant's open transaction").
 SELECT set_config('work_mem', '64MB', true),
@@ -221,7 +221,8 @@ SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key;
 -- A page the fast path could not write: a racing writer made some of its tasks first
 -- (task_dispatch_identity refused insert_new or the COPY), a row it needed stayed locked
 -- past the fast path's lock_timeout (page_settings), or advance_new found a duty deleted
--- or moved since the page was read. It takes each duty as it stands and waits on no duty
+-- or moved since the page was read. Or only the duties of a bulk page that
+-- offer_only_free left out, the rest of the page written on the bulk path. It takes each duty as it stands and waits on no duty
 -- row a tenant holds:
 --
 -- `locked`: the foreign key's lock, FOR KEY SHARE, which only a transaction about to
@@ -326,15 +327,16 @@ WHERE d.id = n.duty_id AND d.frequency = %(frequency)s AND d.id BETWEEN %(first_
   AND d.workspace_id = n.workspace;
 
 -- name: offer_only_free
--- A bulk page that met a lock (page_settings' lock_timeout), written again around it: the
--- page's duties no other transaction holds are locked now, as advance_new locks them, and
--- stay on offer for the bulk path; the others (a tenant's open UPDATE or FOR UPDATE, a duty
--- deleted or moved since the read) leave offered_duty and are returned, for insert_careful
--- to write as they stand. SKIP LOCKED waits on no tenant.
+-- A bulk page whose advance_new met a duty row another transaction holds, written again
+-- around it: the page's duties nobody holds, still of the frequency and workspace the page
+-- read, are locked now, as advance_new locks them, and stay on offer for the bulk path;
+-- the others (a tenant's open UPDATE or FOR UPDATE, a duty deleted or moved since the
+-- read) leave offered_duty and are returned, for insert_careful to write as they stand.
+-- SKIP LOCKED waits on no tenant.
 WITH free AS MATERIALIZED (
     SELECT d.id FROM duty d
-    WHERE d.id IN (SELECT duty_id FROM offered_duty) AND d.frequency = %(frequency)s
-      AND d.id BETWEEN %(first_id)s AND %(last_id)s
+    JOIN offered_duty o ON o.duty_id = d.id AND o.workspace = d.workspace_id
+    WHERE d.frequency = %(frequency)s AND d.id BETWEEN %(first_id)s AND %(last_id)s
     FOR NO KEY UPDATE OF d SKIP LOCKED
 )
 DELETE FROM offered_duty o
@@ -344,7 +346,8 @@ RETURNING o.duty_id;
 -- name: advance_settings
 -- The temporary tables have no statistics, so the planner expects a few hundred duties
 -- and probes duty_pkey once for each of the page's duties. Without nested loops it reads
--- the page's id range of duty_dispatch_scan_idx once and hashes (docs/perf.md).
+-- the page's id range of duty_dispatch_scan_idx once and hashes (docs/perf.md), in
+-- advance_new and in offer_only_free.
 SELECT set_config('enable_nestloop', 'off', true);
 
 -- name: copy_tasks

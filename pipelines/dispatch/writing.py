@@ -9,8 +9,9 @@ on a lock only briefly (page_settings' lock_timeout). A page it could not write 
 a racing writer made first, refused by task_dispatch_identity; a duty row a tenant's
 open transaction holds; a duty deleted or moved since the page was read) is written
 again by insert_careful, which takes each duty as it stands, skips what a tenant holds
-instead of waiting for it, and reports it. The dispatcher never updates or deletes a
-task."""
+instead of waiting for it, and reports it; a bulk page that met a lock sends it only the
+duties another transaction holds, and COPYs the rest. The dispatcher never updates or
+deletes a task."""
 
 import logging
 import random
@@ -70,6 +71,14 @@ class _ChangedSinceRead(Exception):
     or moved to another frequency or workspace, since the page was read."""
 
 
+class _DutyHeld(Exception):
+    """The bulk path's UPDATE met a duty row another transaction holds (a tenant's open
+    UPDATE or FOR UPDATE) for longer than FAST_PATH_LOCK_WAIT."""
+
+
+_FAST_PATH_FAILURES = (pg_errors.UniqueViolation, _ChangedSinceRead, _DutyHeld, pg_errors.LockNotAvailable)
+
+
 @dataclass
 class PageWritten:
     # Per duty, the tasks made; None on the bulk path, which made every slice whole.
@@ -86,8 +95,19 @@ class PageWritten:
     deferred: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Page:
+    """What every transaction writing one page's plan (or a part of its duties) needs."""
+    engine: Engine
+    frequency: str
+    used: dict[int, tuple[int, int]]
+    keys: list[str]
+
+
 def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
-    """Write one page's tasks in one transaction."""
+    """Write one page's tasks, in one transaction; or in two when a bulk page met a duty row
+    another transaction holds: the others' tasks first, then the held duties' (the first
+    commits even if the second fails, and the next run finds its tasks)."""
     if not page_plan.slices:
         return PageWritten({}, {})
 
@@ -96,71 +116,78 @@ def write_plan(engine: Engine, page_plan: Plan, frequency: str) -> PageWritten:
                    for group, (first, last) in used.items() for index in range(first, last + 1)})
     if not page_plan.after_dispatched and _all_offered_exist(engine, page_plan, keys):
         return PageWritten({}, {})
-
-    def work(plan: Plan, careful: bool) -> PageWritten:
-        with engine.begin() as conn:
-            cursor = conn.connection.driver_connection.cursor()
-            bounds = _offer(cursor, plan, used, keys, frequency, "0" if careful else FAST_PATH_LOCK_WAIT)
-            if careful:
-                return _written_carefully(cursor.execute(QUERIES["insert_careful"], bounds).fetchall())
-            if plan.after_dispatched:
-                cursor.execute(QUERIES["advance_settings"])
-                return _copy_tasks(cursor, plan, cursor.execute(QUERIES["advance_new"], bounds).rowcount)
-            rows = cursor.execute(QUERIES["insert_new"], bounds).fetchall()
-            return PageWritten({duty_id: n for duty_id, key, n in rows if key is None},
-                               {key: n for duty_id, key, n in rows if key is not None})
-
-    def around_held() -> PageWritten:
-        """A bulk page that met a lock: the duties no other transaction holds are locked
-        and written on the bulk path, and only those it holds go to insert_careful. Written
-        whole by insert_careful, a page of 20,000 daily duties took a second more than its
-        COPY (docs/perf.md)."""
-        def free_part() -> tuple[Plan, set[int]]:
-            with engine.begin() as conn:
-                cursor = conn.connection.driver_connection.cursor()
-                bounds = _offer(cursor, page_plan, used, keys, frequency, FAST_PATH_LOCK_WAIT)
-                cursor.execute(QUERIES["advance_settings"])
-                held = {duty_id for (duty_id,) in cursor.execute(QUERIES["offer_only_free"], bounds).fetchall()}
-                free = replace(page_plan, slices=[s for s in page_plan.slices if s.duty_id not in held])
-                if free.slices:
-                    _copy_tasks(cursor, free, cursor.execute(QUERIES["advance_new"], bounds).rowcount)
-                return free, held
-
-        (free, held), retried = _retrying_deadlocks(free_part)
-        written = PageWritten({s.duty_id: s.last - s.first + 1 for s in free.slices},
-                              dict(Counter(period[0] for _, period in free.tasks())),
-                              deadlocks_retried=retried, copied=bool(free.slices), written_again=True)
-        if held:
-            rest, retried = _retrying_deadlocks(lambda: work(
-                replace(page_plan, slices=[s for s in page_plan.slices if s.duty_id in held]), careful=True))
-            written.created.update(rest.created)
-            written.created_by_period = dict(Counter(written.created_by_period) + Counter(rest.created_by_period))
-            written.held, written.deferred = rest.held, rest.deferred
-            written.deadlocks_retried += retried
-        return written
+    page = _Page(engine, frequency, used, keys)
 
     try:
-        written, retried = _retrying_deadlocks(lambda: work(page_plan, careful=False))
+        written, retried = _retrying_deadlocks(lambda: _write(page, page_plan, careful=False))
+        written.deadlocks_retried = retried
+        return written
     except _FAST_PATH_FAILURES as error:
         if (why := _why_written_again(error)) is None:
             raise
-        if page_plan.after_dispatched and isinstance(error, pg_errors.LockNotAvailable):
+        if isinstance(error, _DutyHeld):
             try:
-                return around_held()
+                return _write_around_held(page, page_plan)
             except _FAST_PATH_FAILURES as again:
                 if (why := _why_written_again(again)) is None:
                     raise
-    else:
-        written.deadlocks_retried = retried
-        return written
     log.info("writing the page again, as its duties stand and without waiting on a lock: %s", why)
-    written, retried = _retrying_deadlocks(lambda: work(page_plan, careful=True))
+    written, retried = _retrying_deadlocks(lambda: _write(page, page_plan, careful=True))
     written.written_again = True
     written.deadlocks_retried = retried
     return written
 
 
-_FAST_PATH_FAILURES = (pg_errors.UniqueViolation, _ChangedSinceRead, pg_errors.LockNotAvailable)
+def _write(page: _Page, plan: Plan, careful: bool) -> PageWritten:
+    """One transaction: the fast path (the bulk path's UPDATE and COPY, or insert_new), or
+    insert_careful."""
+    with page.engine.begin() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        bounds = _offer(cursor, page, plan, "0" if careful else FAST_PATH_LOCK_WAIT)
+        if careful:
+            return _written_carefully(cursor.execute(QUERIES["insert_careful"], bounds).fetchall())
+        if plan.after_dispatched:
+            cursor.execute(QUERIES["advance_settings"])
+            try:
+                advanced = cursor.execute(QUERIES["advance_new"], bounds).rowcount
+            except pg_errors.LockNotAvailable as error:
+                raise _DutyHeld from error
+            return _copy_tasks(cursor, plan, advanced)
+        rows = cursor.execute(QUERIES["insert_new"], bounds).fetchall()
+        return PageWritten({duty_id: n for duty_id, key, n in rows if key is None},
+                           {key: n for duty_id, key, n in rows if key is not None})
+
+
+def _write_around_held(page: _Page, page_plan: Plan) -> PageWritten:
+    """A bulk page whose UPDATE met a held duty row, written again: the duties no other
+    transaction holds are locked and written on the bulk path, and only those it holds go
+    to insert_careful, in a transaction of their own. Written whole by insert_careful, a
+    page of 20,000 daily duties took a second more than its COPY (docs/perf.md)."""
+    def free_part() -> tuple[Plan, set[int]]:
+        with page.engine.begin() as conn:
+            cursor = conn.connection.driver_connection.cursor()
+            bounds = _offer(cursor, page, page_plan, FAST_PATH_LOCK_WAIT)
+            cursor.execute(QUERIES["advance_settings"])
+            held = {duty_id for (duty_id,) in cursor.execute(QUERIES["offer_only_free"], bounds).fetchall()}
+            free = replace(page_plan, slices=[s for s in page_plan.slices if s.duty_id not in held])
+            if free.slices:
+                # Its counts are the whole page's; the free part's are counted below.
+                _copy_tasks(cursor, free, cursor.execute(QUERIES["advance_new"], bounds).rowcount)
+            return free, held
+
+    (free, held), retried = _retrying_deadlocks(free_part)
+    log.info("writing the page around %d of its duties, which another transaction holds", len(held))
+    written = PageWritten({s.duty_id: s.last - s.first + 1 for s in free.slices},
+                          dict(Counter(period[0] for _, period in free.tasks())),
+                          deadlocks_retried=retried, copied=bool(free.slices), written_again=True)
+    if held:
+        rest, retried = _retrying_deadlocks(lambda: _write(
+            page, replace(page_plan, slices=[s for s in page_plan.slices if s.duty_id in held]), careful=True))
+        written.created.update(rest.created)
+        written.created_by_period = dict(Counter(written.created_by_period) + Counter(rest.created_by_period))
+        written.held, written.deferred = rest.held, rest.deferred
+        written.deadlocks_retried += retried
+    return written
 
 
 def _why_written_again(error: Exception) -> str | None:
@@ -175,17 +202,16 @@ def _why_written_again(error: Exception) -> str | None:
     return f"a row it needs stayed locked by another transaction for {FAST_PATH_LOCK_WAIT}"
 
 
-def _offer(cursor, plan: Plan, used: dict[int, tuple[int, int]], keys: list[str], frequency: str,
-           lock_timeout: str) -> dict:
+def _offer(cursor, page: _Page, plan: Plan, lock_timeout: str) -> dict:
     """Begin a page's transaction: its settings, its partitions, and its plan copied into
     the temporary tables. Returns the bounds its statements take."""
     cursor.execute(QUERIES["page_settings"], {"lock_timeout": lock_timeout})
-    cursor.execute(QUERIES["ensure_partitions"], [keys])
+    cursor.execute(QUERIES["ensure_partitions"], [page.keys])
     cursor.execute(QUERIES["create_offered_period"])
     cursor.execute(QUERIES["create_offered_duty"])
     with cursor.copy(QUERIES["copy_offered_periods"]) as copy:
         copy.set_types(_PERIOD_TYPES)
-        for group, (first, last) in used.items():
+        for group, (first, last) in page.used.items():
             periods, span = plan.groups[group], plan.spans[group] or (None, None)
             for index in range(first, last + 1):
                 copy.write_row((group, index, *periods[index], *span))
@@ -194,8 +220,8 @@ def _offer(cursor, plan: Plan, used: dict[int, tuple[int, int]], keys: list[str]
         for s in plan.slices:
             copy.write_row((s.duty_id, s.group, s.first, s.last, s.version, s.workspace))
     # The page's frequency and id range let the duty lookups use duty_dispatch_scan_idx.
-    return {"frequency": frequency, "first_id": plan.slices[0].duty_id, "last_id": plan.slices[-1].duty_id,
-            "keys": keys}
+    return {"frequency": page.frequency, "first_id": plan.slices[0].duty_id, "last_id": plan.slices[-1].duty_id,
+            "keys": page.keys}
 
 
 def _written_carefully(rows: list[tuple]) -> PageWritten:

@@ -8,6 +8,7 @@ duty's task made; a duty whose row is locked against new references (FOR UPDATE,
 uncommitted DELETE) is reported by id, in the report and the check, and gets its task from
 the first run after the tenant lets go."""
 
+import logging
 import uuid
 
 import psycopg
@@ -83,7 +84,8 @@ def _insert_path(engine, duty_ids):
 
 @pytest.mark.parametrize("path", ["bulk", "insert"])
 @pytest.mark.parametrize("hold", list(HOLDS))
-def test_a_tenant_lock_on_one_duty_holds_back_no_other(database_url, engine, hold, path):
+def test_a_tenant_lock_on_one_duty_holds_back_no_other(database_url, engine, hold, path, caplog):
+    caplog.set_level(logging.INFO, logger="rota.pipelines.dispatch.writing")
     duty_ids = _duties(engine)
     if path == "insert":
         _insert_path(engine, duty_ids)
@@ -113,8 +115,12 @@ def test_a_tenant_lock_on_one_duty_holds_back_no_other(database_url, engine, hol
     # only the held duty went to insert_careful: the page's others were still COPYed.
     assert report.pages_written_again <= 1
     assert report.pages_copied == (DUTIES // 200 if path == "bulk" else 0)
+    around = "writing the page around 1 of its duties, which another transaction holds"
+    assert (around in caplog.text) == (path == "bulk" and hold != "select for key share")
     made = sum(len(keys) for keys in tasks.values())
     assert report.total("created") == report.for_period(TODAY)["created"] == made
+    assert report.total("existing") == 0
+    assert report.total("held") == (1 if outcome == "held" else 0)
 
     # The tenant has let go (dispatch_while_held rolled it back): the next run completes
     # the duty and brings its marks up to date.
