@@ -58,7 +58,11 @@ class Deployment:
         self.port = free_port()
         (self.home / "workspace.yaml").write_text(yaml.safe_dump({"load_from": [{"grpc_server": {
             "host": "127.0.0.1", "port": self.port, "location_name": "rota"}}]}))
-        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ROTA_", "DAGSTER_"))},
+        # No PGTZ, as docs/deploy.md says of a Dagster process: the suite's (conftest) would win
+        # over the storage's TimeZone=UTC, a run's create_timestamp would read hours old, and
+        # the monitoring daemon failed one it met before its launch as "taking longer than
+        # 300 seconds to start".
+        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ROTA_", "DAGSTER_")) and k != "PGTZ"},
                     "ROTA_DATABASE_URL": database_url, "DAGSTER_HOME": str(self.home),
                     "ROTA_HOME": str(self.home / "rota"), "ROTA_DISPATCH_CRON": "* * * * *",
                     **_storage_env(storage_url)}

@@ -95,7 +95,8 @@ def test_a_killed_run_worker_is_detected_and_retried_to_exactly_the_tasks(
     # One writer: the run's three pages then commit one after another, a page's write apart,
     # so the kill lands between them. With three writers they committed together, and the
     # run could finish before the first of them was seen.
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ROTA_", "DAGSTER_"))},
+    # No PGTZ in a Dagster process (docs/deploy.md; test_standby.py says what it breaks).
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ROTA_", "DAGSTER_")) and k != "PGTZ"},
            "ROTA_DATABASE_URL": database_url, "DAGSTER_HOME": str(home), "ROTA_HOME": str(tmp_path / "rota"),
            "ROTA_DISPATCH_WRITERS": "1",
            **_instance_env(database_url)}
