@@ -109,9 +109,10 @@ CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
 --
 -- lock_timeout bounds how long the page waits on a lock: a fast-path page gives up on a
 -- duty row a tenant holds (an open UPDATE, FOR UPDATE) within a moment and is written
--- again, the held duties by insert_careful (offer_only_free), which waits on no tenant's row ('0': insert_careful waits only
--- on a racing writer's uncommitted tasks, and on a lock on a whole table, which a tenant
--- can take on duty since it may delete duties: docs/guarantees.md, "A tenant's open transaction").
+-- again, the held duties by insert_careful (offer_only_free), which waits on no tenant's
+-- row ('0': insert_careful waits only on a racing writer's uncommitted tasks, and on a
+-- lock on a whole table, which a tenant can take on duty since it may delete duties:
+-- docs/guarantees.md, "A tenant's open transaction").
 SELECT set_config('work_mem', '64MB', true),
        set_config('rota.task_duties_held', CAST(pg_current_xact_id() AS text), true),
        set_config('lock_timeout', %(lock_timeout)s, true);
@@ -222,8 +223,8 @@ SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key;
 -- (task_dispatch_identity refused insert_new or the COPY), a row it needed stayed locked
 -- past the fast path's lock_timeout (page_settings), or advance_new found a duty deleted
 -- or moved since the page was read. Or only the duties of a bulk page that
--- offer_only_free left out, the rest of the page written on the bulk path. It takes each duty as it stands and waits on no duty
--- row a tenant holds:
+-- offer_only_free left out, the rest of the page written on the bulk path. It takes each
+-- duty as it stands and waits on no duty row a tenant holds:
 --
 -- `locked`: the foreign key's lock, FOR KEY SHARE, which only a transaction about to
 -- delete the duty or change its key conflicts with (FOR UPDATE, DELETE, a move); SKIP
