@@ -630,28 +630,25 @@ def case_queue_throughput(server_url: str, runs: int, repeat: int) -> list[Case]
 
 
 def _scheduled_runs_through_dagster() -> Callable[[str], None]:
-    """What runs a frequency's scheduled run as of AS_OF through Dagster (an ephemeral
-    instance, the partitions a schedule's run would name). The definitions load here, before
-    anything is timed, with partitions from a year before AS_OF: a benchmark database's
-    history starts the day it is made, which after AS_OF has no partition for it."""
+    """What runs a frequency's scheduled run as of AS_OF through Dagster, as the daemon runs
+    it: the schedule's own job (the dispatch and its completeness check; the freshness check
+    is the half-past job's) with the run request a tick at AS_OF makes, on an ephemeral
+    instance. The definitions load here, before anything is timed, with partitions from a
+    year before AS_OF: a benchmark database's history starts the day it is made, which after
+    AS_OF has no partition for it."""
     os.environ.setdefault(HISTORY_OVERRIDE, (AS_OF - timedelta(days=366)).date().isoformat())
-    from dagster import DagsterInstance, materialize
+    from dagster import DagsterInstance
 
     from rota.pipelines.definitions import defs
-    from rota.pipelines.dispatch.assets import MODE_TAG
-    from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
+    from rota.schedules.dispatch import DISPATCH_JOBS, scheduled_run_request
 
     def scheduled_run(frequency: str) -> None:
-        first, last = open_range(frequency, AS_OF, 0)
-        name = f"{frequency}_tasks"
-        result = materialize(
-            [defs.resolve_assets_def(name)], instance=DagsterInstance.ephemeral(),
-            tags={PARTITION_RANGE_START_TAG: first.partition_key,
-                  PARTITION_RANGE_END_TAG: last.partition_key, MODE_TAG: "scheduled"},
-            run_config={"ops": {name: {"config": {"as_of": AS_OF.isoformat()}}}},
-        )
+        request = scheduled_run_request(frequency, AS_OF)
+        job = defs.resolve_job_def(DISPATCH_JOBS[frequency].name)
+        result = job.execute_in_process(run_config=request.run_config, tags=request.tags,
+                                        instance=DagsterInstance.ephemeral())
         if not result.success:
-            raise RuntimeError(f"{name} failed")
+            raise RuntimeError(f"{job.name} failed")
 
     return scheduled_run
 
