@@ -66,8 +66,8 @@ _QUEUE_AGAIN_MANY = QUERIES["queue_again_many"]
 
 # A racing producer waits at its first conflicting row until the winner commits, and one
 # statement would then probe every remaining row against the winner's, one by one. So a
-# short first statement meets any racer; the rest, in a new snapshot that holds the
-# racer's committed rows, drops them as a set in the anti-join.
+# short first statement meets any racer; the rest, a second statement with a new snapshot
+# that holds the racer's committed rows, drops them as a set in the anti-join.
 ENQUEUE_FIRST = 100
 
 
@@ -86,14 +86,22 @@ def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, dat
     # takes one pass, where sorting a set's scrambled order cost racing producers 4 ms each.
     ordered = sorted(dict.fromkeys(pairs))
     with transaction(conn) as c:
-        cursor = c.connection.driver_connection.cursor()
-        created = _queue_again(cursor, ordered)
+        driver = c.connection.driver_connection
+        created = _queue_again(driver.cursor(), ordered)
         if created:
-            cursor.execute(_ANNOUNCE)
-        for chunk in (ordered[:ENQUEUE_FIRST], ordered[ENQUEUE_FIRST:]):
-            if chunk:
-                rows = cursor.execute(_ENQUEUE_SCHEDULED_MANY, _columns(chunk)).fetchall()
-                created.extend(job_id for (job_id,) in rows)
+            driver.execute(_ANNOUNCE)
+        # Both statements go in one pipeline: a racing producer's second is dumped and sent
+        # before its first waits on the winner, so the server runs it the moment the first
+        # ends, with no round trip and no Python of seven woken losers contending for the
+        # cores in between (docs/perf.md, enqueue_race).
+        with driver.pipeline():
+            sent = []
+            for chunk in (ordered[:ENQUEUE_FIRST], ordered[ENQUEUE_FIRST:]):
+                if chunk:
+                    sent.append(driver.cursor())
+                    sent[-1].execute(_ENQUEUE_SCHEDULED_MANY, _columns(chunk))
+            for statement in sent:
+                created.extend(job_id for (job_id,) in statement.fetchall())
     return created
 
 

@@ -4,6 +4,7 @@ to client with whatever session state it holds."""
 
 import os
 import time
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -14,10 +15,11 @@ from rota.pipelines.dispatch.planner import plan
 from rota.pipelines.dispatch.reading import read_pages
 from rota.pipelines.dispatch.run import dispatch
 from rota.pipelines.periods.calendar import parse_instant
+from rota.pipelines.queue.enqueue import enqueue_scheduled_many
 from rota.pipelines.queue.jobs import register_job
 from rota.pipelines.queue.producing import produce_many
 from rota.resources.database.engine import make_engine
-from tests.helpers import add_duty, duty_values, gaps_after, insert_duties, keys_by_duty, planned_tasks
+from tests.helpers import add_duty, duty_values, gaps_after, insert_duties, keys_by_duty, planned_tasks, race_processes
 from tests.pgbouncer import pgbouncer
 from tests.dispatch.test_dispatch import ZONES, months
 from tests.queue.test_queue import runs, start_worker, stop, wait_for
@@ -109,3 +111,27 @@ def test_a_worker_drains_runs_and_a_dispatch_completes_through_pgbouncer(databas
     with engine.connect() as conn:  # exactly once: every run's handler ran, and ran once
         assert conn.execute(text("SELECT count(*), count(DISTINCT run_id), max(attempt) FROM handler_call")).one() \
             == (200, 200, 1)
+
+
+def _enqueue_through(url, job_id, barrier, results):
+    engine = make_engine(url, pool_size=1)
+    fire_times = [parse_instant(AS_OF) + timedelta(minutes=n) for n in range(1000)]
+    barrier.wait()
+    try:
+        # Again and again: psycopg would prepare a statement it runs five times.
+        results.put([len(enqueue_scheduled_many(engine, [(job_id, t) for t in fire_times])) for _ in range(6)])
+    except Exception as error:  # reported to the parent, which fails the test
+        results.put(repr(error))
+    finally:
+        engine.dispose()
+
+
+def test_producers_racing_through_pgbouncer_pipeline_their_statements_and_queue_each_fire_time_once(
+        database_url, engine, bouncer):
+    """enqueue_scheduled_many sends its two inserts in one pipeline (pipelines/queue/enqueue.py)."""
+    job_id = register_job(engine, "report", schedule="* * * * *")
+    outcomes = race_processes(_enqueue_through, (bouncer(database_url), job_id), count=4)
+    assert all(isinstance(o, list) for o in outcomes), outcomes
+    assert sum(map(sum, outcomes)) == 1000
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*), count(DISTINCT scheduled_for) FROM job_queue")).one() == (1000, 1000)
