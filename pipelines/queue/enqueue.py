@@ -92,16 +92,16 @@ def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, dat
             driver.execute(_ANNOUNCE)
         # Both statements go in one pipeline: a racing producer's second is dumped and sent
         # before its first waits on the winner, so the server runs it the moment the first
-        # ends, with no round trip and no Python of seven woken losers contending for the
-        # cores in between (docs/perf.md, enqueue_race).
+        # ends, with no round trip and none of the woken losers' Python between the two
+        # (docs/perf.md, enqueue_race).
         with driver.pipeline():
-            sent = []
+            cursors = []
             for chunk in (ordered[:ENQUEUE_FIRST], ordered[ENQUEUE_FIRST:]):
                 if chunk:
-                    sent.append(driver.cursor())
-                    sent[-1].execute(_ENQUEUE_SCHEDULED_MANY, _columns(chunk))
-            for statement in sent:
-                created.extend(job_id for (job_id,) in statement.fetchall())
+                    cursors.append(driver.cursor())
+                    cursors[-1].execute(_ENQUEUE_SCHEDULED_MANY, _columns(chunk))
+            for cursor in cursors:
+                created.extend(job_id for (job_id,) in cursor.fetchall())
     return created
 
 

@@ -126,11 +126,13 @@ def _enqueue_through(url, job_id, barrier, results):
         engine.dispose()
 
 
-def test_producers_racing_through_pgbouncer_pipeline_their_statements_and_queue_each_fire_time_once(
-        database_url, engine, bouncer):
-    """enqueue_scheduled_many sends its two inserts in one pipeline (pipelines/queue/enqueue.py)."""
+def test_producers_racing_through_pgbouncer_queue_each_fire_time_once(test_server, database_url, engine):
+    """Four producers at once, each on a server connection of its own (a pool of four), each
+    sending enqueue_scheduled_many's two statements in one pipeline, six times over."""
+    passwords = {test_server.role: psycopg.conninfo.conninfo_to_dict(test_server.rota_url).get("password")}
     job_id = register_job(engine, "report", schedule="* * * * *")
-    outcomes = race_processes(_enqueue_through, (bouncer(database_url), job_id), count=4)
+    with pgbouncer(test_server.rota_url, passwords, pool_size=4) as through:
+        outcomes = race_processes(_enqueue_through, (through(database_url), job_id), count=4)
     assert all(isinstance(o, list) for o in outcomes), outcomes
     assert sum(map(sum, outcomes)) == 1000
     with engine.connect() as conn:

@@ -4,7 +4,6 @@ writes, and tenants cannot create, delete or re-run what the system produces."""
 
 import logging
 import random
-from contextlib import contextmanager
 from datetime import date, timedelta
 
 import psycopg
@@ -15,6 +14,7 @@ from sqlalchemy.exc import DBAPIError
 
 from rota.pipelines.dispatch import run as dispatch_run
 from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK, MODE_TAG
+from rota.pipelines.dispatch.completeness import find_gaps
 from rota.pipelines.dispatch.planner import Mode, plan
 from rota.pipelines.dispatch.reading import read_pages
 from rota.pipelines.dispatch.run import dispatch
@@ -32,6 +32,7 @@ from tests.helpers import (
     insert_duties,
     outcome_once_released,
     planned_tasks,
+    run_while_held,
     task_keys,
     tenant,
 )
@@ -301,19 +302,21 @@ def _make_behind_the_back(engine, frequency, at, requested, wanted: set[tuple[in
     return duty_id, key
 
 
-@contextmanager
-def _held_by_a_tenant(engine, duty_id):
-    """Duty `duty_id` locked FOR UPDATE by another transaction for the block (none: nothing)."""
-    if duty_id is None:
-        yield
-        return
-    with engine.connect() as tenant:
-        tenant.execute(text("SELECT 1 FROM duty WHERE id = :id FOR UPDATE"), {"id": duty_id})
-        yield
-        tenant.rollback()
+def _while_a_tenant_holds(database_url, engine, duty_id, work):
+    """`work`'s result, run while a tenant (rota_app, in the duty's workspace) holds duty
+    `duty_id` FOR UPDATE; failing if it waits on the tenant (run_while_held)."""
+    with engine.connect() as conn:
+        workspace = conn.execute(text("SELECT workspace_id FROM duty WHERE id = :id"), {"id": duty_id}).scalar_one()
+    session = tenant(database_url, workspace)
+    try:
+        session.autocommit = False
+        session.execute("SELECT 1 FROM duty WHERE id = %s FOR UPDATE", (duty_id,))
+        return run_while_held(session, work, 20)
+    finally:
+        session.close()
 
 
-def test_the_scheduled_shortcut_creates_exactly_what_the_rules_create(engine, caplog):
+def test_the_scheduled_shortcut_creates_exactly_what_the_rules_create(database_url, engine, caplog):
     """Random duties through random history: scheduled ticks (now and then one re-executed
     as of an earlier tick), backfills of random ranges as of random instants (later
     periods with a future as_of among them), pauses, archives, edits of window, lead and
@@ -322,9 +325,10 @@ def test_the_scheduled_shortcut_creates_exactly_what_the_rules_create(engine, ca
     pre-filter must have let every duty concerned through. Now and then the newest of
     them is made first behind the dispatcher's back, as a racing writer would: its page,
     which the watermark sends down the COPY path, must be written again around it. Now and
-    then a tenant holds one of them FOR UPDATE through the run instead: every other task
-    is made (a bulk page written around the held duty), the held duty's are reported held,
-    and the run after the tenant let go makes them."""
+    then a tenant holds one of them FOR UPDATE through the run instead: the run waits on
+    no tenant, every other task is made (on a bulk page, around the held duty), the held
+    duty's are reported held and judged apart, and the run after the tenant let go makes
+    them."""
     caplog.set_level(logging.INFO, logger="rota.pipelines.dispatch.writing")
     rng = random.Random(20261203)
 
@@ -393,22 +397,24 @@ def test_the_scheduled_shortcut_creates_exactly_what_the_rules_create(engine, ca
             elif expected and rng.random() < 0.2:
                 held = rng.choice(sorted({duty_id for duty_id, _ in expected}))
                 held_back = {pair for pair in expected if pair[0] == held}
-            with _held_by_a_tenant(engine, held):
-                report = dispatch(engine, frequency=frequency, mode=Mode.SCHEDULED, as_of=at, requested=requested)
+            def run():
+                return dispatch(engine, frequency=frequency, mode=Mode.SCHEDULED, as_of=at, requested=requested)
+            report = _while_a_tenant_holds(database_url, engine, held, run) if held else run()
             seen["pages copied"] += report.pages_copied
             seen["pages written again"] += report.pages_written_again
             created = _all_tasks(engine) - before
             assert created == expected - held_back, \
                 (frequency, at, sorted(expected - created)[:5], sorted(created - expected)[:5])
             assert report.total("created") == len(created) and report.held == ({held} if held else set())
-            gaps = gaps_after(engine, report)  # the held duty's current period, if it is owed one
-            assert gaps.count <= len(held_back) and {duty_id for duty_id, _ in gaps.first} <= {held}
+            judged = find_gaps(engine, frequency=frequency, mode=Mode.SCHEDULED, as_of=at, requested=requested,
+                               held=report.held)
+            assert judged.count == 0 and {duty_id for duty_id, _ in judged.held} <= {held}
             if held:
                 # The tenant let go: the next run makes the held duty's tasks, and only those.
                 seen["held by a tenant"] += 1
-                again = dispatch(engine, frequency=frequency, mode=Mode.SCHEDULED, as_of=at, requested=requested)
+                again = run()
                 assert _all_tasks(engine) - before == expected and not again.held
-                assert again.total("created") == len(held_back)
+                assert again.total("created") == len(held_back) and gaps_after(engine, again).count == 0
             newest = {}
             for duty_id, key in before:
                 newest[duty_id] = max(key, newest.get(duty_id, key))

@@ -75,6 +75,11 @@ def test_enqueue_refuses_a_naive_fire_time_and_raises_other_errors(engine):
         enqueue_scheduled(engine, job_id + 1000, T0)
     with pytest.raises(Exception, match="job_queue_job_id_fkey"):
         enqueue_scheduled_many(engine, [(job_id, T0), (job_id + 1000, T0)])
+    # The unknown job sorts last, into the second of the two statements sent together:
+    # its error is raised and the first statement's runs are rolled back with it.
+    with pytest.raises(Exception, match="job_queue_job_id_fkey"):
+        enqueue_scheduled_many(engine, [(job_id, T0 + timedelta(minutes=n)) for n in range(150)]
+                               + [(job_id + 1000, T0)])
     assert runs(engine) == []
 
 
