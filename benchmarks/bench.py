@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import Engine, create_engine, text
 
-from benchmarks.data import load_duties, reset_dispatch, workspace_of
+from benchmarks.data import load_duties, reset_dispatch, settle, workspace_of
 from benchmarks.queue_baselines import CONCURRENCY
 from rota.pipelines.dispatch.planner import Mode, plan
 from rota.pipelines.dispatch.reading import read_pages
@@ -67,15 +67,17 @@ class Case:
                 f"ratio {self.ratio:>7.2f}  target {self.target:<8} {verdict}  {self.note}")
 
 
+def timed(work: Callable[[], object], before: Callable[[], object] | None = None) -> float:
+    """Seconds `work` took, after `before`, untimed."""
+    if before:
+        before()
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
+
+
 def median_time(work: Callable[[], object], repeat: int, before: Callable[[], object] | None = None) -> float:
-    times = []
-    for _ in range(repeat):
-        if before:
-            before()
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return statistics.median(timed(work, before) for _ in range(repeat))
 
 
 def fresh_database(server_url: str, name: str) -> str:
@@ -113,11 +115,12 @@ def planned_rows(engine: Engine, frequency_ranges: dict[str, tuple[Mode, list]])
     return rows
 
 
-def copy_baseline(engine: Engine, rows: list[tuple]) -> Callable[[], None]:
+def copy_baseline(engine: Engine, rows: list[tuple]) -> tuple[Callable[[], None], Callable[[], None]]:
     def prepare() -> None:
         with engine.begin() as conn:
             conn.execute(text("DROP TABLE IF EXISTS task_copy"))
             conn.execute(text("CREATE TABLE task_copy (LIKE task INCLUDING ALL)"))
+        settle(engine)
 
     def work() -> None:
         with engine.begin() as conn:
@@ -196,25 +199,38 @@ def fingerprint(engine: Engine) -> dict:
     return result
 
 
-def _baselines(engine: Engine, repeat: int) -> tuple[float, float, float, int]:
-    """The COPY and the floor, timed, and how many tasks they wrote. Their rows are gone
-    once this returns: the dispatcher is not timed beside millions of Python objects it
-    never made, which every full pass of the garbage collector walks (measured at a
-    million duties: 18 s beside them, 15 s without)."""
+def _baselines(engine: Engine) -> tuple[float, float, float, int]:
+    """One round of the COPY, the floor and the parallel floor, each timed once, and how
+    many tasks they wrote. Their rows are gone once this returns: the dispatcher is not
+    timed beside millions of Python objects it never made, which every full pass of the
+    garbage collector walks (measured at a million duties: 18 s beside them, 15 s
+    without), nor beside the floor's last copy, which would otherwise stay dirty in the
+    server's buffers."""
     ranges = {f: (Mode.SCHEDULED, periods_between(*open_range(f, AS_OF, 30))) for f in FREQUENCIES}
     reset_dispatch(engine)
     rows = planned_rows(engine, ranges)
-    prepare, work = copy_baseline(engine, rows)
-    copy_time = median_time(work, repeat, prepare)
-    prepare_floor, floor_work = floor_baseline(engine, rows)
-    floor_time = median_time(floor_work, repeat, prepare_floor)
-    prepare_parallel, parallel_work = parallel_floor_baseline(engine, rows, DEFAULT_WRITERS)
-    return copy_time, floor_time, median_time(parallel_work, repeat, prepare_parallel), len(rows)
+    times = []
+    for prepare, work in (copy_baseline(engine, rows), floor_baseline(engine, rows),
+                          parallel_floor_baseline(engine, rows, DEFAULT_WRITERS)):
+        times.append(timed(work, prepare))
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE task_copy"))
+    copy_time, floor_time, parallel_time = times
+    return copy_time, floor_time, parallel_time, len(rows)
 
 
 def case_dispatch(engine: Engine, repeat: int) -> list[Case]:
-    copy_time, floor_time, parallel_floor_time, tasks = _baselines(engine, repeat)
-    first = median_time(lambda: scheduled_dispatch(engine), repeat, lambda: reset_dispatch(engine))
+    """The first dispatch against its baselines, in rounds: each round times every
+    baseline once, then the dispatch. This machine's speed drifts by a fifth over minutes
+    (the same dispatch took 15 to 24 s within an hour, its own Python CPU 12 to 15 s), so
+    timing each side's repetitions in a block of its own would put the drift into the
+    ratio."""
+    rounds = []
+    for _ in range(repeat):
+        copy_time, floor_time, parallel_floor_time, tasks = _baselines(engine)
+        rounds.append((copy_time, floor_time, parallel_floor_time,
+                       timed(lambda: scheduled_dispatch(engine), lambda: reset_dispatch(engine))))
+    copy_time, floor_time, parallel_floor_time, first = (statistics.median(side) for side in zip(*rounds))
     before = fingerprint(engine)
     noop = median_time(lambda: scheduled_dispatch(engine), repeat)
     unchanged = fingerprint(engine) == before
@@ -658,8 +674,10 @@ def case_dagster_overhead(engine: Engine, repeat: int) -> list[Case]:
         for frequency in FREQUENCIES:
             scheduled_run(frequency)
 
-    direct = median_time(lambda: scheduled_dispatch(engine), repeat, lambda: reset_dispatch(engine))
-    dagster = median_time(through_dagster, repeat, lambda: reset_dispatch(engine))
+    # In turns, as case_dispatch's rounds, so the machine's drift falls on both sides.
+    turns = [(timed(lambda: scheduled_dispatch(engine), lambda: reset_dispatch(engine)),
+              timed(through_dagster, lambda: reset_dispatch(engine))) for _ in range(repeat)]
+    direct, dagster = (statistics.median(side) for side in zip(*turns))
     ratio = dagster / direct
     return [Case("dagster_overhead", dagster, direct, ratio, "<= 1.2", ratio <= 1.2)]
 

@@ -37,9 +37,17 @@ def workspace_of(duty_id: int, workspaces: int = 97) -> str:
 
 
 def reset_dispatch(engine: Engine) -> None:
-    """Back to before the first dispatch: no tasks, nothing dispatched."""
+    """Back to before the first dispatch: no tasks, nothing dispatched, nothing dirty."""
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE task RESTART IDENTITY"))
         conn.execute(text("UPDATE duty SET last_dispatched_period = NULL WHERE last_dispatched_period IS NOT NULL"))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM (ANALYZE) duty"))
+    settle(engine)
+
+
+def settle(engine: Engine) -> None:
+    """A checkpoint, so a timed write starts with nothing dirty that an earlier one left,
+    and pays a full-page image for each page it touches first, as every side does."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("CHECKPOINT"))
