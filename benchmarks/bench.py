@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -201,18 +202,19 @@ def fingerprint(engine: Engine) -> dict:
 
 def _baselines(engine: Engine) -> tuple[float, float, float, int]:
     """One round of the COPY, the floor and the parallel floor, each timed once, and how
-    many tasks they wrote. Their rows are gone once this returns: the dispatcher is not
-    timed beside millions of Python objects it never made, which every full pass of the
-    garbage collector walks (measured at a million duties: 18 s beside them, 15 s
-    without), nor beside the floor's last copy, which would otherwise stay dirty in the
-    server's buffers."""
+    many tasks they wrote. Each is made just before it is timed, and their rows are gone
+    once this returns: nothing is timed beside millions of Python objects it never made,
+    which every full pass of the garbage collector walks (measured at a million duties: a
+    dispatch took 18 s beside them, 15 s without). The floor's copy is dropped, so the
+    dispatch is timed beside the tables it writes and no other."""
     ranges = {f: (Mode.SCHEDULED, periods_between(*open_range(f, AS_OF, 30))) for f in FREQUENCIES}
     reset_dispatch(engine)
     rows = planned_rows(engine, ranges)
     times = []
-    for prepare, work in (copy_baseline(engine, rows), floor_baseline(engine, rows),
-                          parallel_floor_baseline(engine, rows, DEFAULT_WRITERS)):
+    for baseline in (copy_baseline, floor_baseline, partial(parallel_floor_baseline, writers=DEFAULT_WRITERS)):
+        prepare, work = baseline(engine, rows)
         times.append(timed(work, prepare))
+        del prepare, work
     with engine.begin() as conn:
         conn.execute(text("DROP TABLE task_copy"))
     copy_time, floor_time, parallel_time = times
@@ -220,20 +222,23 @@ def _baselines(engine: Engine) -> tuple[float, float, float, int]:
 
 
 def case_dispatch(engine: Engine, repeat: int) -> list[Case]:
-    """The first dispatch against its baselines, in rounds: each round times every
-    baseline once, then the dispatch. This machine's speed drifts by a fifth over minutes
-    (the same dispatch took 15 to 24 s within an hour, its own Python CPU 12 to 15 s), so
+    """The first dispatch and the one after it (which must write nothing) against their
+    baselines, in rounds: each round times every baseline once, then the dispatch, then it
+    again. This machine's speed drifts over minutes (the same dispatch on one tree and one
+    database took 19 to 24 s in six runs in a row, its own Python CPU 12 to 15 s), so
     timing each side's repetitions in a block of its own would put the drift into the
     ratio."""
     rounds = []
-    for _ in range(repeat):
+    unchanged = True
+    for at in range(repeat):
         copy_time, floor_time, parallel_floor_time, tasks = _baselines(engine)
-        rounds.append((copy_time, floor_time, parallel_floor_time,
-                       timed(lambda: scheduled_dispatch(engine), lambda: reset_dispatch(engine))))
-    copy_time, floor_time, parallel_floor_time, first = (statistics.median(side) for side in zip(*rounds))
-    before = fingerprint(engine)
-    noop = median_time(lambda: scheduled_dispatch(engine), repeat)
-    unchanged = fingerprint(engine) == before
+        first = timed(lambda: scheduled_dispatch(engine), lambda: reset_dispatch(engine))
+        before = fingerprint(engine) if at == repeat - 1 else None
+        noop = timed(lambda: scheduled_dispatch(engine))
+        if before is not None:
+            unchanged = fingerprint(engine) == before
+        rounds.append((copy_time, floor_time, parallel_floor_time, first, noop))
+    copy_time, floor_time, parallel_floor_time, first, noop = (statistics.median(side) for side in zip(*rounds))
     return [
         Case("dispatch_first", first, copy_time, first / copy_time, "<= 2.0", first / copy_time <= 2.0,
              note=f"{tasks:,} tasks"),
@@ -251,18 +256,29 @@ def case_task_duty_check(engine: Engine, repeat: int) -> list[Case]:
     """task_duty_fkey is triggers, which the dispatcher skips for the duties it holds, and
     not a declarative foreign key, which would check every task it inserts (issue 40): the
     hand-made part earns its place only while it saves more than a tenth of a first
-    dispatch."""
-    triggers = median_time(lambda: scheduled_dispatch(engine), repeat, lambda: reset_dispatch(engine))
-    with engine.begin() as conn:
-        conn.execute(text("ALTER TABLE task DISABLE TRIGGER task_duty_fkey_insert"))
-        conn.execute(text("ALTER TABLE task ADD CONSTRAINT bench_task_duty_fk FOREIGN KEY (duty_id, workspace_id) "
-                          "REFERENCES duty (id, workspace_id)"))
-    try:
-        foreign_key = median_time(lambda: scheduled_dispatch(engine), repeat, lambda: reset_dispatch(engine))
-    finally:
+    dispatch. The two take turns, as case_dispatch's rounds do; the key is added while
+    task is empty, so checking it costs nothing untimed."""
+    def with_foreign_key() -> None:
+        reset_dispatch(engine)
         with engine.begin() as conn:
-            conn.execute(text("ALTER TABLE task DROP CONSTRAINT bench_task_duty_fk"))
+            conn.execute(text("ALTER TABLE task DISABLE TRIGGER task_duty_fkey_insert"))
+            conn.execute(text("ALTER TABLE task ADD CONSTRAINT bench_task_duty_fk FOREIGN KEY (duty_id, workspace_id) "
+                              "REFERENCES duty (id, workspace_id)"))
+
+    def with_triggers() -> None:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE task DROP CONSTRAINT IF EXISTS bench_task_duty_fk"))
             conn.execute(text("ALTER TABLE task ENABLE TRIGGER task_duty_fkey_insert"))
+
+    turns = []
+    try:
+        for _ in range(repeat):
+            triggers = timed(lambda: scheduled_dispatch(engine), lambda: reset_dispatch(engine))
+            turns.append((triggers, timed(lambda: scheduled_dispatch(engine), with_foreign_key)))
+            with_triggers()
+    finally:
+        with_triggers()
+    triggers, foreign_key = (statistics.median(side) for side in zip(*turns))
     ratio = triggers / foreign_key
     return [Case("task_duty_triggers", triggers, foreign_key, ratio, "<= 0.91", ratio <= 1 / 1.1,
                  note="baseline: the first dispatch under a declarative foreign key instead")]
@@ -289,8 +305,7 @@ def _night(engine: Engine, night: date) -> tuple[float, int, int]:
     """The scheduled daily dispatch at 00:05 UTC of `night`, after a checkpoint (so every
     page it touches first pays its full-page image, as a night does): seconds, WAL
     bytes, tasks made."""
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("CHECKPOINT"))
+    settle(engine)
     as_of = datetime(night.year, night.month, night.day, 0, 5, tzinfo=timezone.utc)
     wal = _wal_position(engine)
     started = time.perf_counter()
