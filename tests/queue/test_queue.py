@@ -71,6 +71,10 @@ def test_enqueue_refuses_a_naive_fire_time_and_raises_other_errors(engine):
     job_id = register_job(engine, "report", schedule="0 * * * *")
     with pytest.raises(ValueError, match="no UTC offset"):
         enqueue_scheduled(engine, job_id, datetime(2026, 8, 31, 20))
+    with pytest.raises(ValueError, match=r"^scheduled_for 2026-08-31T21:00:00 has no UTC offset$"):
+        enqueue_scheduled_many(engine, [(job_id, T0), (job_id, datetime(2026, 8, 31, 21))])
+    with pytest.raises(ValueError, match=r"^job_id '1' is not a bigint$"):
+        enqueue_scheduled_many(engine, [(job_id, T0), ("1", T0)])
     with pytest.raises(Exception, match="job_queue_job_id_fkey"):
         enqueue_scheduled(engine, job_id + 1000, T0)
     with pytest.raises(Exception, match="job_queue_job_id_fkey"):
