@@ -5,14 +5,12 @@ other failure propagates. Nothing that produces a run reads or writes claim or l
 state."""
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
-import psycopg
+from psycopg import Cursor
 from sqlalchemy import Connection, Engine, text
 
 from rota.pipelines.queue.transaction import transaction
-from rota.resources.database.binary_arrays import (BigintArray, TimestamptzArray, arrays_cursor, bigint_array,
-                                                   microseconds, timestamptz_array)
 from rota.resources.database.queries import queries
 
 QUERIES = queries("rota.pipelines.queue")
@@ -29,7 +27,9 @@ class AlreadyQueued:
 
 
 def _aware(instant: datetime, name: str) -> datetime:
-    if instant.tzinfo is None:
+    if not isinstance(instant, datetime):
+        raise TypeError(f"{name} {instant!r} is not a datetime")
+    if instant.utcoffset() is None:
         raise ValueError(f"{name} {instant.isoformat()} has no UTC offset")
     return instant
 
@@ -82,19 +82,16 @@ def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, dat
     deadlock."""
     if not pairs:
         return []
-    # Fire times become PostgreSQL's microseconds before anything else: integers sort and
-    # de-duplicate faster than datetimes, and go to the server packed (binary_arrays).
+    # Keyed by the instant in UTC: two datetimes of one zone compare by the wall clock,
+    # fold ignored, so 01:30 before and after a fall-back would be one key. A UTC fire
+    # time, as plan_fire_times gives, is its own astimezone, at no cost.
     # dict.fromkeys keeps the callers' order, which is usually sorted already: timsort then
     # takes one pass, where sorting a set's scrambled order cost racing producers 4 ms each.
-    job_ids, instants = zip(*pairs)
-    try:
-        ordered = sorted(dict.fromkeys(zip(job_ids, microseconds(instants, "scheduled_for"))))
-    except TypeError:
-        bigint_array(job_ids, "job_id")  # names a job id that is not one
-        raise
+    ordered = sorted(dict.fromkeys([(job_id, _aware(at, "scheduled_for").astimezone(timezone.utc))
+                                    for job_id, at in pairs]))
     with transaction(conn) as c:
         driver = c.connection.driver_connection
-        created = _queue_again(driver, ordered, job_ids)
+        created = _queue_again(driver.cursor(), ordered)
         if created:
             driver.execute(_ANNOUNCE)
         # Both statements go in one pipeline: a racing producer's second is dumped and
@@ -105,23 +102,21 @@ def enqueue_scheduled_many(conn: Connection | Engine, pairs: list[tuple[int, dat
             cursors = []
             for chunk in (ordered[:ENQUEUE_FIRST], ordered[ENQUEUE_FIRST:]):
                 if chunk:
-                    cursors.append(arrays_cursor(driver))
+                    cursors.append(driver.cursor())
                     cursors[-1].execute(_ENQUEUE_SCHEDULED_MANY, _columns(chunk))
             for cursor in cursors:
                 created.extend(job_id for (job_id,) in cursor.fetchall())
     return created
 
 
-def _queue_again(driver: psycopg.Connection, ordered: list[tuple[int, int]], job_ids: tuple[int, ...]) -> list[int]:
+def _queue_again(cursor: Cursor, ordered: list[tuple[int, datetime]]) -> list[int]:
     """The job ids of the runs among `ordered` that their schedule had cancelled, queued
     again; the second statement only when the index says there are some."""
-    cursor = arrays_cursor(driver)
-    jobs = bigint_array(list(dict.fromkeys(job_ids)), "job_id")
+    jobs = list(dict.fromkeys(job_id for job_id, _ in ordered))
     if not cursor.execute(_ANY_UNSCHEDULED, (jobs,)).fetchone()[0]:
         return []
     return [job_id for (job_id,) in cursor.execute(_QUEUE_AGAIN_MANY, _columns(ordered)).fetchall()]
 
 
-def _columns(pairs: list[tuple[int, int]]) -> tuple[BigintArray, TimestamptzArray]:
-    job_ids, micros = zip(*pairs)
-    return bigint_array(job_ids, "job_id"), timestamptz_array(micros)
+def _columns(pairs: list[tuple[int, datetime]]) -> tuple[list[int], list[datetime]]:
+    return [job_id for job_id, _ in pairs], [at for _, at in pairs]

@@ -97,9 +97,8 @@ WHERE job_queue.id = c.id
 RETURNING job_queue.job_id;
 
 -- name: enqueue_scheduled_many
--- Arrays go as binary parameters (%b), packed by rota.resources.database.binary_arrays:
--- psycopg's text dumping of ten thousand timestamps costs more than the insert, its
--- binary dumping a dumper call per element, and racing producers pay it all at once.
+-- Arrays go as binary parameters (%b): psycopg's text dumping of ten thousand
+-- timestamps costs more than the insert, and racing producers pay it all at once.
 WITH offered AS (
     SELECT * FROM unnest(%b::bigint[], %b::timestamptz[]) AS o(job_id, scheduled_for)
 )

@@ -10,6 +10,7 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -67,14 +68,29 @@ def test_a_fire_time_a_cron_edit_cancelled_is_queued_again_when_enqueued_again(e
     assert (row["state"], row["attempts"], row["finished_at"], row["last_error"]) == ("queued", 0, None, None)
 
 
+def test_a_fire_time_is_its_instant_whatever_zone_or_fold_it_is_written_in(engine):
+    """The fall-back hour's 01:30 in New York, before and after the clocks go back, are two
+    fire times an hour apart (Python compares and hashes them as one wall-clock time), and
+    the second written in UTC is the same fire time again."""
+    job_id = register_job(engine, "report", schedule="30 * * * *")
+    first = datetime(2026, 11, 1, 1, 30, fold=0, tzinfo=ZoneInfo("America/New_York"))
+    second = first.replace(fold=1)
+    assert len(enqueue_scheduled_many(engine, [(job_id, second), (job_id, first),
+                                               (job_id, second.astimezone(timezone.utc))])) == 2
+    assert [row["scheduled_for"] for row in runs(engine)] == [datetime(2026, 11, 1, 5, 30, tzinfo=timezone.utc),
+                                                              datetime(2026, 11, 1, 6, 30, tzinfo=timezone.utc)]
+
+
 def test_enqueue_refuses_a_naive_fire_time_and_raises_other_errors(engine):
     job_id = register_job(engine, "report", schedule="0 * * * *")
     with pytest.raises(ValueError, match="no UTC offset"):
         enqueue_scheduled(engine, job_id, datetime(2026, 8, 31, 20))
     with pytest.raises(ValueError, match=r"^scheduled_for 2026-08-31T21:00:00 has no UTC offset$"):
         enqueue_scheduled_many(engine, [(job_id, T0), (job_id, datetime(2026, 8, 31, 21))])
-    with pytest.raises(ValueError, match=r"^job_id '1' is not a bigint$"):
-        enqueue_scheduled_many(engine, [(job_id, T0), ("1", T0)])
+    with pytest.raises(TypeError, match=r"^scheduled_for datetime.date\(2026, 8, 31\) is not a datetime$"):
+        enqueue_scheduled_many(engine, [(job_id, T0), (job_id, T0.date())])
+    with pytest.raises(ValueError, match="unpack"):
+        enqueue_scheduled_many(engine, [(job_id, T0), (job_id, T0, "stray")])
     with pytest.raises(Exception, match="job_queue_job_id_fkey"):
         enqueue_scheduled(engine, job_id + 1000, T0)
     with pytest.raises(Exception, match="job_queue_job_id_fkey"):
