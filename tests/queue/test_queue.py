@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 from sqlalchemy import create_engine, insert, text
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from rota.pipelines.queue.claims import complete_and_claim, fail, reclaim_expired
 from rota.pipelines.queue.enqueue import QUERIES as QUEUE_QUERIES
@@ -101,6 +102,38 @@ def test_enqueue_refuses_a_naive_fire_time_and_raises_other_errors(engine):
         enqueue_scheduled_many(engine, [(job_id, T0 + timedelta(minutes=n)) for n in range(150)]
                                + [(job_id + 1000, T0)])
     assert runs(engine) == []
+
+
+def test_an_enqueue_given_an_engine_hands_its_connection_back_out_of_autocommit(database_url, caplog):
+    """enqueue_scheduled(engine) runs its statement in the pooled connection's autocommit;
+    whatever it returns or raises, the next user of that connection gets a transaction
+    again, so a rolled-back block writes nothing. Errors are SQLAlchemy's, as through any
+    Connection, and a connection that broke under it is dropped from the pool quietly, so
+    the next call gets a new one."""
+    engine = create_engine(driver_url(database_url), pool_size=1, max_overflow=0)
+    try:
+        job_id = register_job(engine, "report", schedule="0 * * * *")
+        with engine.connect() as conn:
+            backend = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        with psycopg.connect(libpq_url(database_url), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        with pytest.raises(OperationalError):
+            enqueue_scheduled(engine, job_id, T0 - timedelta(hours=1))
+        assert "Exception during reset" not in caplog.text
+        assert isinstance(enqueue_scheduled(engine, job_id, T0), Enqueued)
+        assert isinstance(enqueue_scheduled(engine, job_id, T0), AlreadyQueued)
+        with pytest.raises(IntegrityError, match="job_queue_job_id_fkey"):
+            enqueue_scheduled(engine, job_id + 1000, T0)
+        with engine.connect() as conn:
+            assert conn.connection.driver_connection.autocommit is False
+        with pytest.raises(RuntimeError, match="rolled back"):
+            with engine.begin() as conn:
+                conn.execute(text("INSERT INTO job_queue (job_id, scheduled_for, run_at) VALUES (:j, :t, :t)"),
+                             {"j": job_id, "t": T0 + timedelta(hours=1)})
+                raise RuntimeError("rolled back")
+        assert [row["scheduled_for"] for row in runs(engine)] == [T0]
+    finally:
+        engine.dispose()
 
 
 def test_sixteen_threads_enqueueing_one_fire_time_make_one_run(engine):
