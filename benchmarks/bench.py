@@ -557,11 +557,12 @@ def _pending(conninfo: str, queue: str) -> int:
 
 
 def _workers(queue: str, conninfo: str, python: str, url: str, env: dict | None = None) -> list[subprocess.Popen]:
-    """Four workers of `queue`, idle until runs come, each executing up to CONCURRENCY runs at once."""
+    """Four workers of `queue`, idle until runs come, each executing up to CONCURRENCY runs at
+    once; the floor's one listener (benchmarks.queue_floor)."""
     if queue == "floor":
         environment = {**os.environ, **(env or {}), "BENCH_CONNINFO": conninfo, "PYTHONPATH": str(PROJECT_ROOT)}
         return [subprocess.Popen([sys.executable, "-m", "benchmarks.queue_floor", "work"], env=environment,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(4)]
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     if queue != "rota":
         return [_baseline(python, queue, "work", conninfo=conninfo, env=env, wait=False) for _ in range(4)]
     rota = str(Path(sys.executable).parent / "rota")

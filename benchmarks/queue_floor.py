@@ -1,13 +1,14 @@
 """The floor of the claim latency: the least path SPEC §5 leaves from a run falling due to its
 handler starting, with none of rota's worker around it. The producer's plain INSERT into
 job_queue, a transaction of its own (autocommit), whose commit sends job_queue_wakes_workers'
-NOTIFY; a listener woken by it; rota's one-statement claim (job_queue_complete_and_claim:
-FOR UPDATE SKIP LOCKED over the claim index, with a lease), its own transaction; the
-"handler" started in the thread that claimed, with no pool, no worker loop and no hand-off
-to a handler thread. Enqueueing never touches claims (SPEC §5), so no step of it can be
-left out. Runs in rota's virtualenv:
+NOTIFY; one listener woken by it, so that no notification wakes a process that then loses
+the claim; rota's one-statement claim (job_queue_complete_and_claim: FOR UPDATE SKIP LOCKED
+over the claim index, with a lease), its own transaction; the "handler" started in the
+thread that claimed, with no pool, no worker loop and no hand-off to a handler thread.
+Enqueueing never touches claims (SPEC §5), so no step of it can be left out. Runs in rota's
+virtualenv:
 
-    python -m benchmarks.queue_floor work            one listener, until SIGTERM
+    python -m benchmarks.queue_floor work            the listener, until SIGTERM
     python -m benchmarks.queue_floor produce JOB N RATE
 
 The database comes from BENCH_CONNINFO; a listener writes each run's latency as the
@@ -17,22 +18,24 @@ import os
 import signal
 import sys
 import time
+from dataclasses import fields
 from datetime import datetime, timezone
 
 import psycopg
 
 from benchmarks.queue_baselines import CONCURRENCY, record
+from rota.pipelines.queue.claims import ClaimedRun
 from rota.resources.database.queries import queries
 
 CLAIM = queries("rota.pipelines.queue")["complete_and_claim"]
-# The claim's columns: the runs recorded (0), then ClaimedRun's fields, scheduled_for at 8.
-SCHEDULED_FOR = 8
+# The claim's columns: the runs recorded, then ClaimedRun's fields.
+SCHEDULED_FOR = 1 + [field.name for field in fields(ClaimedRun)].index("scheduled_for")
 
 
 def work(conninfo: str) -> None:
     stopped = []
     signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
-    conn = psycopg.connect(conninfo, autocommit=True, prepare_threshold=None)
+    conn = psycopg.connect(conninfo, autocommit=True)
     conn.execute("LISTEN rota_runs_queued")
     worker, finished = f"floor-{os.getpid()}", []
     while not stopped:

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from psycopg import Cursor
-from psycopg.pq import TransactionStatus
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 
 from rota.pipelines.queue.transaction import transaction
 from rota.resources.database.queries import queries
@@ -35,8 +34,8 @@ def _aware(instant: datetime, name: str) -> datetime:
     return instant
 
 
-_ENQUEUE_SCHEDULED = QUERIES["enqueue_scheduled"]
-_FIND_SCHEDULED = QUERIES["find_scheduled"]
+_ENQUEUE_SCHEDULED = text(QUERIES["enqueue_scheduled"])
+_FIND_SCHEDULED = text(QUERIES["find_scheduled"])
 _ANNOUNCE = QUERIES["announce_queued_runs"]
 
 
@@ -48,35 +47,18 @@ def enqueue_scheduled(conn: Connection | Engine, job_id: int, scheduled_for: dat
     schedule cancelled (a cron edit, since undone, so the fire time is owed again) is
     queued again: Enqueued, with that run's id."""
     values = {"job_id": job_id, "scheduled_for": _aware(scheduled_for, "scheduled_for")}
-    if not isinstance(conn, Engine):
-        with transaction(conn) as c:
-            return _enqueue(c, values)
-    # Given an Engine, the INSERT is a transaction of its own: no BEGIN and COMMIT round
-    # trips around the one statement, on the path from a run's fire time to its start. The
-    # autocommit is the pooled psycopg connection's, for this call: SQLAlchemy's AUTOCOMMIT
-    # isolation level, set and reset around each call, cost 0.2 ms more (docs/perf.md, the
-    # claim latency's floor). SQLAlchemy still runs the statements, so an error and a
-    # broken connection are handled as everywhere else.
-    with conn.connect() as c:
-        driver = c.connection.driver_connection
-        driver.autocommit = True
-        try:
-            return _enqueue(c, values)
-        finally:
-            # Back to the pool out of autocommit, unless it broke and SQLAlchemy dropped it.
-            if driver.info.transaction_status == TransactionStatus.IDLE:
-                driver.autocommit = False
-
-
-def _enqueue(c: Connection, values: dict) -> Enqueued | AlreadyQueued:
-    row = c.exec_driver_sql(_ENQUEUE_SCHEDULED, values).first()
-    if row is not None:
-        run_id, queued_again = row
-        if queued_again:
-            c.exec_driver_sql(_ANNOUNCE)
-        return Enqueued(run_id)
-    # A new statement, so a new snapshot: it sees the row that won the conflict.
-    return AlreadyQueued(c.exec_driver_sql(_FIND_SCHEDULED, values).scalar_one())
+    # Given an Engine, the INSERT is a transaction of its own (autocommit): no BEGIN and
+    # COMMIT round trips around the one statement, on the path from a run's fire time to
+    # its start.
+    with (conn.connect().execution_options(isolation_level="AUTOCOMMIT") if isinstance(conn, Engine)
+          else transaction(conn)) as c:
+        row = c.execute(_ENQUEUE_SCHEDULED, values).first()
+        if row is not None:
+            if row.queued_again:
+                c.exec_driver_sql(_ANNOUNCE)
+            return Enqueued(row.id)
+        # A new statement, so a new snapshot: it sees the row that won the conflict.
+        return AlreadyQueued(c.execute(_FIND_SCHEDULED, values).scalar_one())
 
 
 _ENQUEUE_SCHEDULED_MANY = QUERIES["enqueue_scheduled_many"]

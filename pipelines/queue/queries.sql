@@ -59,19 +59,19 @@ SET state = 'queued', finished_at = NULL, last_error = NULL, unscheduled_at = NU
 WITH queued_again AS (
     UPDATE job_queue
     /* fragment: queue_again */
-    WHERE job_id = %(job_id)s AND scheduled_for = %(scheduled_for)s AND unscheduled_at IS NOT NULL
+    WHERE job_id = :job_id AND scheduled_for = :scheduled_for AND unscheduled_at IS NOT NULL
     RETURNING id
 ), inserted AS (
     INSERT INTO job_queue (job_id, workspace_id, scheduled_for, run_at)
-    SELECT %(job_id)s, (SELECT workspace_id FROM job WHERE id = %(job_id)s), %(scheduled_for)s, %(scheduled_for)s
-    WHERE NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.job_id = %(job_id)s AND q.scheduled_for = %(scheduled_for)s)
+    SELECT :job_id, (SELECT workspace_id FROM job WHERE id = :job_id), :scheduled_for, :scheduled_for
+    WHERE NOT EXISTS (SELECT 1 FROM job_queue q WHERE q.job_id = :job_id AND q.scheduled_for = :scheduled_for)
     ON CONFLICT ON CONSTRAINT job_queue_schedule_identity DO NOTHING
     RETURNING id
 )
 SELECT id, true AS queued_again FROM queued_again UNION ALL SELECT id, false FROM inserted;
 
 -- name: find_scheduled
-SELECT id FROM job_queue WHERE job_id = %(job_id)s AND scheduled_for = %(scheduled_for)s;
+SELECT id FROM job_queue WHERE job_id = :job_id AND scheduled_for = :scheduled_for;
 
 -- name: any_unscheduled
 -- Whether one of these jobs has a run its schedule cancelled: almost never, and answered

@@ -105,9 +105,10 @@ def test_enqueue_refuses_a_naive_fire_time_and_raises_other_errors(engine):
 
 
 def test_an_enqueue_given_an_engine_hands_its_connection_back_out_of_autocommit(database_url, caplog):
-    """enqueue_scheduled(engine) runs its statement in the pooled connection's autocommit;
-    whatever it returns or raises, the next user of that connection gets a transaction
-    again, so a rolled-back block writes nothing. Errors are SQLAlchemy's, as through any
+    """enqueue_scheduled(engine) runs its statement in autocommit; whatever it returns or
+    raises, the next user of that pooled connection gets a transaction again, so a
+    rolled-back block writes nothing; on an engine made for autocommit, it stays in
+    autocommit (docs/perf.md: a faster enqueue once forced it out). Errors are SQLAlchemy's, as through any
     Connection, and a connection that broke under it is dropped from the pool quietly, so
     the next call gets a new one."""
     engine = create_engine(driver_url(database_url), pool_size=1, max_overflow=0)
@@ -116,7 +117,7 @@ def test_an_enqueue_given_an_engine_hands_its_connection_back_out_of_autocommit(
         with engine.connect() as conn:
             backend = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
         with psycopg.connect(libpq_url(database_url), autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", (backend,))
         with pytest.raises(OperationalError):
             enqueue_scheduled(engine, job_id, T0 - timedelta(hours=1))
         assert "Exception during reset" not in caplog.text
@@ -134,6 +135,15 @@ def test_an_enqueue_given_an_engine_hands_its_connection_back_out_of_autocommit(
         assert [row["scheduled_for"] for row in runs(engine)] == [T0]
     finally:
         engine.dispose()
+    autocommitting = create_engine(driver_url(database_url), pool_size=1, max_overflow=0, isolation_level="AUTOCOMMIT")
+    try:
+        assert isinstance(enqueue_scheduled(autocommitting, job_id, T0 + timedelta(hours=2)), Enqueued)
+        with autocommitting.connect() as conn:
+            conn.execute(text("INSERT INTO job_queue (job_id, scheduled_for, run_at) VALUES (:j, :t, :t)"),
+                         {"j": job_id, "t": T0 + timedelta(hours=3)})
+        assert len(runs(autocommitting)) == 3
+    finally:
+        autocommitting.dispose()
 
 
 def test_sixteen_threads_enqueueing_one_fire_time_make_one_run(engine):
