@@ -108,9 +108,9 @@ def test_an_enqueue_given_an_engine_hands_its_connection_back_out_of_autocommit(
     """enqueue_scheduled(engine) runs its statement in autocommit; whatever it returns or
     raises, the next user of that pooled connection gets a transaction again, so a
     rolled-back block writes nothing; on an engine made for autocommit, it stays in
-    autocommit (docs/perf.md: a faster enqueue once forced it out). Errors are SQLAlchemy's, as through any
-    Connection, and a connection that broke under it is dropped from the pool quietly, so
-    the next call gets a new one."""
+    autocommit (docs/perf.md: a faster enqueue once forced it out). Errors are
+    SQLAlchemy's, as through any Connection, and a connection that broke under it is
+    dropped from the pool quietly, so the next call gets a new one."""
     engine = create_engine(driver_url(database_url), pool_size=1, max_overflow=0)
     try:
         job_id = register_job(engine, "report", schedule="0 * * * *")
