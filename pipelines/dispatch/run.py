@@ -25,11 +25,11 @@ QUERIES = queries("rota.pipelines.dispatch")
 
 DEFAULT_PAGE_SIZE = 20_000
 
-# gc.freeze and gc.unfreeze act on the whole process, and dispatches may run at once in one
-# (an in-process executor's steps, threads of one run): they share one freeze, counted.
-_freeze_lock = threading.Lock()
-_freeze_holders = 0
-_host_froze = False
+# gc.disable and gc.enable act on the whole process, and dispatches may run at once in one
+# (an in-process executor's steps, threads of one run): they share the switch, counted.
+_collector_lock = threading.Lock()
+_collector_holders = 0
+_host_turned_off = False
 
 
 class DatabaseWentAway(RuntimeError):
@@ -120,31 +120,30 @@ def scheduled_reach(engine: Engine, frequency: str, as_of: datetime) -> Period:
 
 
 @contextmanager
-def _collector_frozen() -> Iterator[None]:
-    """Keep the garbage collector off every object older than this dispatch while it runs.
+def _collector_off() -> Iterator[None]:
+    """Keep the garbage collector from running while this dispatch does.
 
-    Pages make millions of short-lived objects, and each full pass of the collector would
-    also walk every object the process held before the run: a Dagster run's whole
-    framework (docs/perf.md). Each dispatch freezes what exists as it starts, so one that
-    starts while another runs keeps its speed too (the other's objects of that moment then
-    stay frozen until the last one ends), and only the last to end unfreezes: one ending
-    earlier would hand the collector the objects the others still run with frozen. A process
-    that froze objects itself before (a server freezing before it forks) keeps its own
-    freeze: what it froze is what a dispatch would, and unfreezing would undo its choice."""
-    global _freeze_holders, _host_froze
-    with _freeze_lock:
-        if not _freeze_holders:
-            _host_froze = gc.get_freeze_count() > 0
-        if not _host_froze:
-            gc.freeze()
-        _freeze_holders += 1
+    Pages make millions of short-lived objects that hold no cycle (rows, slices, tuples
+    of dates and keys), and the collector's passes over them found nothing to free and
+    cost a fifth of the dispatch's Python, even with every older object frozen
+    (docs/perf.md). Cyclic garbage that other threads of the process make meanwhile waits
+    for the end of the run. Dispatches running at once share the switch: only the last to
+    end turns the collector back on, since one ending earlier would hand it the pages the
+    others still run. A process that runs with the collector off (a host's choice) keeps
+    it off."""
+    global _collector_holders, _host_turned_off
+    with _collector_lock:
+        if not _collector_holders:
+            _host_turned_off = not gc.isenabled()
+            gc.disable()
+        _collector_holders += 1
     try:
         yield
     finally:
-        with _freeze_lock:
-            _freeze_holders -= 1
-            if not _freeze_holders and not _host_froze:
-                gc.unfreeze()
+        with _collector_lock:
+            _collector_holders -= 1
+            if not _collector_holders and not _host_turned_off:
+                gc.enable()
 
 
 def _read_ahead(pages: Iterator[list[DutyRow]], reader: ThreadPoolExecutor) -> Iterator[list[DutyRow]]:
@@ -188,7 +187,7 @@ def dispatch(
         _count_written(report, page_plan, writing.result())
 
     try:
-        with (_collector_frozen(),
+        with (_collector_off(),
               ThreadPoolExecutor(max_workers=writers, thread_name_prefix=f"dispatch-{frequency}") as pool,
               ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"read-{frequency}") as reader):
             for page in _read_ahead(read_pages(engine, frequency, page_size, scheduled_at), reader):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, TypeVar
 
 from psycopg import errors as pg_errors
+from psycopg.types.string import BytesBinaryDumper
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -35,7 +36,8 @@ DEADLOCK_RETRIES = 8
 QUERIES = queries("rota.pipelines.dispatch")
 _PERIOD_TYPES = ["int4", "int4", "text", "date", "date", "date", "text", "text"]
 # The workspace goes as the page read it, uuid's 16 bytes in binary (reading.py), which is
-# bytea's binary form too: the server reads each COPY field by its column's type.
+# bytea's binary form too: the server reads each COPY field by its column's type. Each
+# field is dumped by _page_cursor's bytes dumper.
 _SLICE_TYPES = ["int8", "int4", "int4", "int4", "int8", "bytea"]
 _TASK_TYPES = ["int8", "bytea", "text", "date", "date", "date"]
 # A partition's share of task_dispatch_identity is named after it (migration 0009), and a
@@ -142,7 +144,7 @@ def _write(page: _Page, plan: Plan, careful: bool) -> PageWritten:
     """One transaction: the fast path (the bulk path's UPDATE and COPY, or insert_new), or
     insert_careful."""
     with page.engine.begin() as conn:
-        cursor = conn.connection.driver_connection.cursor()
+        cursor = _page_cursor(conn)
         bounds = _offer(cursor, page, plan, "0" if careful else FAST_PATH_LOCK_WAIT)
         if careful:
             return _written_carefully(cursor.execute(QUERIES["insert_careful"], bounds).fetchall())
@@ -165,7 +167,7 @@ def _write_around_held(page: _Page, page_plan: Plan) -> PageWritten:
     page of 20,000 daily duties took a second more than its COPY (docs/perf.md)."""
     def free_part() -> tuple[Plan, set[int]]:
         with page.engine.begin() as conn:
-            cursor = conn.connection.driver_connection.cursor()
+            cursor = _page_cursor(conn)
             bounds = _offer(cursor, page, page_plan, FAST_PATH_LOCK_WAIT)
             cursor.execute(QUERIES["advance_settings"])
             held = {duty_id for (duty_id,) in cursor.execute(QUERIES["offer_only_free"], bounds).fetchall()}
@@ -200,6 +202,16 @@ def _why_written_again(error: Exception) -> str | None:
     if isinstance(error, _ChangedSinceRead):
         return "some of its duties were deleted or moved since the page was read"
     return f"a row it needs stayed locked by another transaction for {FAST_PATH_LOCK_WAIT}"
+
+
+def _page_cursor(conn):
+    """The psycopg cursor a page's transaction writes through. Its COPYs' bytea fields (the
+    workspaces) are dumped by psycopg's compiled dumper of bytes: the dumper psycopg keeps
+    for bytea by default is dbapi20's, which unwraps a `Binary` in Python, a call into the
+    interpreter for each of the millions of fields a night writes (docs/perf.md)."""
+    cursor = conn.connection.driver_connection.cursor()
+    cursor.adapters.register_dumper(bytes, BytesBinaryDumper)
+    return cursor
 
 
 def _offer(cursor, page: _Page, plan: Plan, lock_timeout: str) -> dict:

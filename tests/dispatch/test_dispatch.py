@@ -406,22 +406,22 @@ def test_the_scheduled_read_uses_the_planners_calendar_where_the_tz_databases_di
     assert task_keys(engine, duty_id) == [python_day.isoformat()]
 
 
-def test_a_dispatch_freezes_the_collectors_old_objects_only_while_it_runs(engine, monkeypatch):
-    """dispatch() keeps the garbage collector off the process's older objects while its
-    pages run, and hands them back whether it returns or fails: frozen for good, a cycle
-    among them would never be collected."""
+def test_a_dispatch_keeps_the_collector_off_only_while_it_runs(engine, monkeypatch):
+    """dispatch() keeps the garbage collector from running while its pages run, and turns
+    it back on whether it returns or fails: left off, the process's cyclic garbage would
+    never be collected. A process that runs with the collector off keeps it off."""
     add_duty(engine)
-    before = gc.get_freeze_count()
+    assert gc.isenabled()
     during = []
     real_plan = dispatch_run.plan
 
     def watched(*args, **kwargs):
-        during.append(gc.get_freeze_count())
+        during.append(gc.isenabled())
         return real_plan(*args, **kwargs)
 
     monkeypatch.setattr(dispatch_run, "plan", watched)
     run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-08"))
-    assert during and min(during) > before and gc.get_freeze_count() == before
+    assert during == [False] and gc.isenabled()
 
     def failing(*args, **kwargs):
         raise RuntimeError("planning failed")
@@ -429,16 +429,23 @@ def test_a_dispatch_freezes_the_collectors_old_objects_only_while_it_runs(engine
     monkeypatch.setattr(dispatch_run, "plan", failing)
     with pytest.raises(RuntimeError, match="planning failed"):
         run(engine, "2026-09-20T12:00:00Z", months("2026-09", "2026-09"))
-    assert gc.get_freeze_count() == before
+    assert gc.isenabled()
+
+    monkeypatch.setattr(dispatch_run, "plan", real_plan)
+    gc.disable()
+    try:
+        run(engine, "2026-10-20T12:00:00Z", months("2026-10", "2026-10"))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
-def test_a_dispatch_ending_leaves_a_concurrent_ones_old_objects_frozen(engine, monkeypatch):
+def test_a_dispatch_ending_leaves_the_collector_off_for_a_concurrent_one(engine, monkeypatch):
     """Two dispatches in one process (two steps of an in-process executor): the one that
-    ends first does not hand the collector the objects the other still runs with frozen,
-    and the last one out hands them all back."""
+    ends first does not turn the collector back on under the other, and the last one out
+    does."""
     add_duty(engine)
     add_duty(engine, frequency="daily")
-    before = gc.get_freeze_count()
     monthly_inside, daily_done = threading.Event(), threading.Event()
     monthly_saw = []
     real_plan = dispatch_run.plan
@@ -447,7 +454,7 @@ def test_a_dispatch_ending_leaves_a_concurrent_ones_old_objects_frozen(engine, m
         if frequency == "monthly":
             monthly_inside.set()
             assert daily_done.wait(timeout=60)
-            monthly_saw.append(gc.get_freeze_count())
+            monthly_saw.append(gc.isenabled())
         return real_plan(*args, frequency=frequency, **kwargs)
 
     monkeypatch.setattr(dispatch_run, "plan", monthly_waits_for_daily)
@@ -459,8 +466,8 @@ def test_a_dispatch_ending_leaves_a_concurrent_ones_old_objects_frozen(engine, m
         finally:
             daily_done.set()
         monthly.result()
-    assert monthly_saw and monthly_saw[0] > before
-    assert gc.get_freeze_count() == before
+    assert monthly_saw == [False]
+    assert gc.isenabled()
 
 
 # What PostgreSQL writes when a page is first read after a write (hint bits, with data
