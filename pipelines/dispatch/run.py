@@ -2,6 +2,7 @@
 next is read, and what it did counted per timezone and per period."""
 
 import gc
+import os
 import threading
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,10 +27,23 @@ QUERIES = queries("rota.pipelines.dispatch")
 DEFAULT_PAGE_SIZE = 20_000
 
 # gc.disable and gc.enable act on the whole process, and dispatches may run at once in one
-# (an in-process executor's steps, threads of one run): they share the switch, counted.
+# (on threads of their own): they share the switch, counted.
 _collector_lock = threading.Lock()
 _collector_holders = 0
 _host_turned_off = False
+
+
+def _collector_after_fork() -> None:
+    """A child forked while dispatches ran runs none of them: it starts with the collector
+    as the process had it before the first, and with a lock no thread of its own holds."""
+    global _collector_lock, _collector_holders
+    _collector_lock = threading.Lock()
+    if _collector_holders and not _host_turned_off:
+        gc.enable()
+    _collector_holders = 0
+
+
+os.register_at_fork(after_in_child=_collector_after_fork)
 
 
 class DatabaseWentAway(RuntimeError):
@@ -127,10 +141,11 @@ def _collector_off() -> Iterator[None]:
     of dates and keys), and the collector's passes over them found nothing to free and
     cost a fifth of the dispatch's Python, even with every older object frozen
     (docs/perf.md). Cyclic garbage that other threads of the process make meanwhile waits
-    for the end of the run. Dispatches running at once share the switch: only the last to
-    end turns the collector back on, since one ending earlier would hand it the pages the
-    others still run. A process that runs with the collector off (a host's choice) keeps
-    it off."""
+    for the end of the run, and the dispatch's own error paths make none (writing.py's
+    _retryable). Dispatches running at once share the switch: only the last to end turns
+    the collector back on, since one ending earlier would hand it the pages the others
+    still run. A process whose collector is off when the first of them starts keeps it
+    off."""
     global _collector_holders, _host_turned_off
     with _collector_lock:
         if not _collector_holders:

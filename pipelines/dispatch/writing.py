@@ -36,8 +36,7 @@ DEADLOCK_RETRIES = 8
 QUERIES = queries("rota.pipelines.dispatch")
 _PERIOD_TYPES = ["int4", "int4", "text", "date", "date", "date", "text", "text"]
 # The workspace goes as the page read it, uuid's 16 bytes in binary (reading.py), which is
-# bytea's binary form too: the server reads each COPY field by its column's type. Each
-# field is dumped by _page_cursor's bytes dumper.
+# bytea's binary form too: the server reads each COPY field by its column's type.
 _SLICE_TYPES = ["int8", "int4", "int4", "int4", "int8", "bytea"]
 _TASK_TYPES = ["int8", "bytea", "text", "date", "date", "date"]
 # A partition's share of task_dispatch_identity is named after it (migration 0009), and a
@@ -59,13 +58,20 @@ def _retrying_deadlocks(work: Callable[[], T]) -> tuple[T, int]:
         try:
             return work(), attempt
         except (DBAPIError, pg_errors.Error) as error:  # through SQLAlchemy, or the page's raw cursor
-            cause = error.orig if isinstance(error, DBAPIError) else error
-            retryable = isinstance(cause, (pg_errors.DeadlockDetected, pg_errors.SerializationFailure))
-            if not retryable or attempt == DEADLOCK_RETRIES - 1:
+            if not _retryable(error) or attempt == DEADLOCK_RETRIES - 1:
                 raise
             log.warning("page write was a deadlock victim; retrying (attempt %d)", attempt + 2)
             time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _retryable(error: Exception) -> bool:
+    """Whether PostgreSQL chose the page as a deadlock's or a serialization's victim. A
+    function of its own, so that no local of the retrying frame holds the error while it
+    propagates: its traceback leads back to that frame, and the cycle would keep the page's
+    plan until the end of the dispatch, which runs with the collector off (run.py)."""
+    cause = error.orig if isinstance(error, DBAPIError) else error
+    return isinstance(cause, (pg_errors.DeadlockDetected, pg_errors.SerializationFailure))
 
 
 class _ChangedSinceRead(Exception):
@@ -206,11 +212,13 @@ def _why_written_again(error: Exception) -> str | None:
 
 def _page_cursor(conn):
     """The psycopg cursor a page's transaction writes through. Its COPYs' bytea fields (the
-    workspaces) are dumped by psycopg's compiled dumper of bytes: the dumper psycopg keeps
-    for bytea by default is dbapi20's, which unwraps a `Binary` in Python, a call into the
-    interpreter for each of the millions of fields a night writes (docs/perf.md)."""
+    workspaces) are dumped by psycopg's compiled dumper of bytes: the one psycopg keeps for
+    bytea by default is dbapi20's, which unwraps a `Binary` in Python, a call into the
+    interpreter for each of the millions of fields a night writes (docs/perf.md). Registered
+    for the PostgreSQL type alone, on this cursor alone: the pooled connection keeps psycopg's
+    defaults."""
     cursor = conn.connection.driver_connection.cursor()
-    cursor.adapters.register_dumper(bytes, BytesBinaryDumper)
+    cursor.adapters.register_dumper(None, BytesBinaryDumper)
     return cursor
 
 

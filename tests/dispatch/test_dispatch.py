@@ -3,6 +3,7 @@ never-touch-a-task guarantee and last_dispatched_period."""
 
 import gc
 import logging
+import os
 import threading
 import time
 import uuid
@@ -11,9 +12,12 @@ from datetime import date, timedelta
 
 import psycopg
 import pytest
+from psycopg.adapt import PyFormat
+from psycopg.pq import Format
 from sqlalchemy import create_engine, text, update
 
 from rota.pipelines.dispatch import run as dispatch_run
+from rota.pipelines.dispatch import writing
 from rota.pipelines.dispatch.planner import Mode, plan
 from rota.pipelines.dispatch.reading import read_pages
 from rota.pipelines.dispatch.run import dispatch
@@ -470,6 +474,39 @@ def test_a_dispatch_ending_leaves_the_collector_off_for_a_concurrent_one(engine,
     assert gc.isenabled()
 
 
+def test_a_child_forked_during_a_dispatch_has_its_collector_on(engine, monkeypatch):
+    """A process forked while a dispatch runs (a multiprocessing pool started by another
+    thread) runs no dispatch: it must not inherit the collector switched off for good."""
+    add_duty(engine)
+    real_plan = dispatch_run.plan
+    children = []
+
+    def forking(*args, **kwargs):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if gc.isenabled() else 1)
+        children.append(os.waitpid(pid, 0)[1])
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch_run, "plan", forking)
+    run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-08"))
+    assert [os.waitstatus_to_exitcode(status) for status in children] == [0]
+
+
+def test_a_pages_cursor_dumps_bytea_as_psycopg_dumps_bytes_and_leaves_the_connection_alone(engine):
+    """The workspaces a night COPYs as bytea (millions of fields) go through the dumper
+    psycopg uses for bytes (compiled), not the one it keeps for bytea, dbapi20's, which
+    calls into the interpreter for each; the pooled connection keeps psycopg's own map."""
+    bytea = psycopg.adapters.types["bytea"].oid
+    with engine.connect() as conn:
+        cursor = writing._page_cursor(conn)
+        page_dumper = cursor.adapters.get_dumper_by_oid(bytea, Format.BINARY)
+        connection_dumper = conn.connection.driver_connection.adapters.get_dumper_by_oid(bytea, Format.BINARY)
+    assert page_dumper is psycopg.adapters.get_dumper(bytes, PyFormat.BINARY)
+    assert connection_dumper is psycopg.adapters.get_dumper_by_oid(bytea, Format.BINARY)
+    assert connection_dumper is not page_dumper
+
+
 # What PostgreSQL writes when a page is first read after a write (hint bits, with data
 # checksums on; pruning dead versions, "PRUNE" before PostgreSQL 17): any reader's, not the dispatch's.
 READS_HOUSEKEEPING = ("FPI_FOR_HINT", "PRUNE_ON_ACCESS", "PRUNE")
@@ -564,17 +601,3 @@ def test_a_duty_changed_between_the_read_and_the_bulk_write_is_written_as_it_sta
         workspaces = dict(conn.execute(text("SELECT id, workspace_id FROM duty")).all())
     assert tasks == ({changed: moved_to, other: workspaces[other]} if change == "moved" else
                      {other: workspaces[other]})
-
-
-def test_a_dispatch_keeps_a_freeze_its_process_made_before_it(engine):
-    """A server that froze its objects before forking keeps them frozen through a dispatch:
-    the dispatch neither adds to that freeze nor ends it."""
-    add_duty(engine)
-    gc.freeze()
-    try:
-        frozen = gc.get_freeze_count()
-        run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-08"))
-        # Frozen objects freed meanwhile leave the count; none joins it, and it is not ended.
-        assert 0 < gc.get_freeze_count() <= frozen
-    finally:
-        gc.unfreeze()

@@ -8,6 +8,7 @@ duty's task made; a duty whose row is locked against new references (FOR UPDATE,
 uncommitted DELETE) is reported by id, in the report and the check, and gets its task from
 the first run after the tenant lets go."""
 
+import gc
 import logging
 import uuid
 
@@ -20,7 +21,7 @@ from dagster import AssetCheckSeverity, DagsterInstance, materialize
 from rota.pipelines.definitions import defs
 from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK, MODE_TAG
 from rota.pipelines.dispatch.completeness import find_gaps
-from rota.pipelines.dispatch.planner import Mode
+from rota.pipelines.dispatch.planner import Mode, Plan
 from rota.pipelines.dispatch.run import dispatch
 from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
 from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
@@ -130,6 +131,29 @@ def test_a_tenant_lock_on_one_duty_holds_back_no_other(database_url, engine, hol
     assert last_dispatched(engine, locked) == TODAY
     assert find_gaps(engine, frequency="daily", mode=Mode.SCHEDULED, as_of=AS_OF,
                      requested=_requested()).count == 0
+
+
+@pytest.mark.parametrize("path", ["bulk", "insert"])
+@pytest.mark.parametrize("hold", ["update title", "select for update"])
+def test_a_page_written_again_leaves_no_plan_for_the_collector(database_url, engine, hold, path):
+    """A dispatch runs with the garbage collector off (run.py), so a page its fast path
+    could not write must leave nothing in a reference cycle: an error kept by a frame its
+    traceback leads back to would hold the page's plan until the night ends. With the
+    collector off here too, every plan must be gone by reference counting alone."""
+    duty_ids = _duties(engine)
+    if path == "insert":
+        _insert_path(engine, duty_ids)
+    locked = duty_ids[len(duty_ids) // 2 + 1]
+    session = _hold(database_url, WORKSPACES[(len(duty_ids) // 2 + 1) % len(WORKSPACES)], HOLDS[hold][0], locked)
+    gc.collect()
+    gc.disable()
+    try:
+        report = dispatch_while_held(engine, session)
+        plans = sum(isinstance(o, Plan) for o in gc.get_objects())
+    finally:
+        gc.enable()
+    assert report.pages_written_again == 1
+    assert plans == 0
 
 
 def test_a_scheduled_run_through_dagster_names_the_held_duty_in_its_log_and_check(database_url, engine):
