@@ -838,7 +838,8 @@ def main(duties: int = 1_000_000, backfill_duties: int = 100_000, queue_runs: in
     engine = create_engine(driver_url(url))
     cases: list[Case] = []
     # The steps marked True read rota_bench's million duties; the others build databases of
-    # their own, so `--only` of those alone never loads them (minutes).
+    # their own or, as `enqueue`, use its queue tables alone, so `--only` of those alone
+    # never loads them (minutes).
     steps = [
         ("dispatch", True, lambda: case_dispatch(engine, repeat)),
         ("foreign_key", True, lambda: case_task_duty_check(engine, repeat)),

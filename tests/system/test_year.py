@@ -18,6 +18,7 @@ from rota.pipelines.definitions import defs
 from rota.pipelines.dispatch.planner import Mode
 from rota.pipelines.dispatch.run import dispatch
 from rota.pipelines.periods.calendar import open_range, periods_between
+from rota.resources.database.engine import DEFAULT_WRITERS
 from rota.resources.database.schema import FREQUENCIES
 from tests.helpers import duty_values, gaps_after, insert_duties
 
@@ -144,7 +145,8 @@ def test_a_year_of_hourly_ticks_produces_exactly_the_expected_tasks(engine):
 
     # The five frequencies' runs of a tick go at once, as the daemon launches their
     # schedules' runs: each run mostly waits on the server, so the year takes half the time.
-    runs = create_engine(engine.url, pool_size=4 * len(FREQUENCIES))
+    # A run holds at most a reader's connection and its writers' at once.
+    runs = create_engine(engine.url, pool_size=(1 + DEFAULT_WRITERS) * len(FREQUENCIES))
 
     def scheduled_run(frequency: str, tick: datetime) -> None:
         first, last = open_range(frequency, tick, max_lead)
@@ -163,8 +165,10 @@ def test_a_year_of_hourly_ticks_produces_exactly_the_expected_tasks(engine):
                     for frequency in FREQUENCIES:
                         scheduled_run_through_dagster(frequency, tick)
                     continue
-                for run in [pool.submit(scheduled_run, frequency, tick) for frequency in FREQUENCIES]:
-                    run.result()
+                done = [pool.submit(scheduled_run, frequency, tick) for frequency in FREQUENCIES]
+                failed = [run.exception() for run in done if run.exception()]
+                if failed:
+                    raise ExceptionGroup(f"the runs of {tick.isoformat()}", failed)
     finally:
         runs.dispose()
 
