@@ -401,6 +401,13 @@ GRANT SELECT ON TABLE public.task TO rota_app;
 
 GRANT UPDATE (status, updated_at) ON TABLE public.task TO rota_app;
 
+-- No rows: a lock. Every dispatch page holds it in ROW SHARE mode for its transaction, so
+-- a run that takes it in EXCLUSIVE mode without waiting knows that no page holds a duty
+-- row, and that a row still held is a tenant's (pipelines/dispatch/writing.py's
+-- move_deferred_marks). No grants: no tenant can take it.
+
+CREATE TABLE public.dispatch_page_lock ();
+
 -- ============================================================================
 -- Queue: jobs, events, runs and the sources' cursors
 -- ============================================================================

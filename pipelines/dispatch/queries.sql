@@ -98,6 +98,11 @@ CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
     duty_id bigint, period_group int, first_index int, last_index int, version bigint, workspace uuid
 ) ON COMMIT DELETE ROWS;
 
+-- name: hold_page_lock
+-- A page's first statement: no duty row is locked by a page that does not hold this
+-- (move_deferred_marks). Only pages_paused conflicts with it, for a moment.
+LOCK TABLE dispatch_page_lock IN ROW SHARE MODE;
+
 -- name: page_settings
 -- A backfill page sorts hundreds of thousands of offered tasks into identity order, which
 -- the default work_mem spills to disk (docs/perf.md). The page also vouches, for its own
@@ -238,10 +243,12 @@ SELECT NULL, period_key, count(*) FROM inserted GROUP BY period_key;
 --
 -- `movable`: the marks move to the newest of those tasks, inserted or found, so marks an
 -- earlier page could not move catch up here; but only for duties whose rows can be locked
--- FOR NO KEY UPDATE now. A tenant's open UPDATE (a title, say) or FOR SHARE keeps a duty's
--- marks where they are, and `deferred` reports it: marks only say what a later run may skip
--- or how it writes, so an old mark costs that run work, never a task. Only a mark that
--- changes is written.
+-- FOR NO KEY UPDATE now. Another run's page, or a tenant's open UPDATE (a title, say) or
+-- FOR SHARE, keeps a duty's marks where they are, and `deferred` returns the mark it would
+-- take: the run moves it once its pages are written and the page has let go
+-- (writing.py's move_deferred_marks), and reports the duties a tenant still holds. Marks
+-- only say what a later run may skip or how it writes, so an old mark costs that run work,
+-- never a task. Only a mark that changes is written.
 WITH locked AS MATERIALIZED (
     /* fragment: offered_duties */
     FOR KEY SHARE OF d SKIP LOCKED
@@ -302,8 +309,39 @@ SELECT NULL, period_key, count(*), NULL FROM inserted GROUP BY period_key
 UNION ALL
 SELECT duty_id, period_key, 0, 'held' FROM held
 UNION ALL
-SELECT c.duty_id, NULL, 0, 'deferred' FROM changing c
+SELECT c.duty_id, c.last_dispatched_period, 0, 'deferred' FROM changing c
 WHERE NOT EXISTS (SELECT 1 FROM advanced a WHERE a.id = c.duty_id);
+
+-- name: pages_paused
+-- Fails at once while any run's page is being written; once taken, no page begins until
+-- this transaction ends (hold_page_lock).
+LOCK TABLE dispatch_page_lock IN EXCLUSIVE MODE NOWAIT;
+
+-- name: move_deferred_marks
+-- The last_dispatched_period marks insert_careful deferred, moved where the duty row is
+-- free now, and only forward, to a task that still exists. Returns the duties whose rows
+-- are still held and whose marks are still behind.
+WITH wanted AS (
+    SELECT w.duty_id, w.period_key
+    FROM unnest(%(duty_ids)s::bigint[], %(keys)s::text[]) AS w (duty_id, period_key)
+),
+movable AS MATERIALIZED (
+    SELECT d.id FROM duty d
+    WHERE d.id = ANY(%(duty_ids)s) AND d.frequency = %(frequency)s
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d SKIP LOCKED
+),
+advanced AS (
+    UPDATE duty d SET last_dispatched_period = w.period_key
+    FROM wanted w
+    WHERE d.id = w.duty_id AND d.id IN (SELECT id FROM movable)
+      AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < w.period_key)
+      AND EXISTS (SELECT 1 FROM task t WHERE t.duty_id = w.duty_id AND t.period_key = w.period_key)
+)
+SELECT w.duty_id FROM wanted w
+JOIN duty d ON d.id = w.duty_id AND d.frequency = %(frequency)s
+WHERE NOT EXISTS (SELECT 1 FROM movable m WHERE m.id = w.duty_id)
+  AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < w.period_key);
 
 -- name: advance_new
 -- The bulk path, for a page whose every task lies after its duty's last_dispatched_period

@@ -17,7 +17,7 @@ from sqlalchemy.exc import OperationalError
 
 from rota.pipelines.dispatch.planner import DutyRow, Mode, Plan, plan
 from rota.pipelines.dispatch.reading import read_pages
-from rota.pipelines.dispatch.writing import PageWritten, ensure_partitions, write_plan
+from rota.pipelines.dispatch.writing import PageWritten, ensure_partitions, move_deferred_marks, write_plan
 from rota.pipelines.periods.calendar import Period, following, open_range
 from rota.resources.database.engine import DEFAULT_WRITERS
 from rota.resources.database.queries import queries
@@ -72,7 +72,8 @@ class DispatchReport:
     pages_written_again: int = 0
     # Duties another transaction held against new references: their tasks wait for the
     # first run after it ends (their periods' tasks are counted `held`). And duties whose
-    # tasks were made but whose marks another transaction's lock kept back.
+    # tasks were made but whose marks a tenant's lock kept back (writing.py's
+    # move_deferred_marks moves those another run's page kept back).
     held: set[int] = field(default_factory=set)
     marks_deferred: set[int] = field(default_factory=set)
 
@@ -112,7 +113,6 @@ def _count_written(report: DispatchReport, page_plan: Plan, written: PageWritten
         else:
             report.periods[(key, outcome)] += n
     report.held.update(duty_id for duty_id, _ in written.held)
-    report.marks_deferred.update(written.deferred)
     report.deadlocks_retried += written.deadlocks_retried
     report.pages_copied += written.copied
     report.pages_written_again += written.written_again
@@ -195,11 +195,14 @@ def dispatch(
     scheduled_at = as_of if mode is Mode.SCHEDULED else None
     in_flight: deque[tuple[int, Plan, Future[PageWritten]]] = deque()
     at_page = 1  # the page being read or settled, for the message when the database goes
+    marks_wanted: dict[int, str] = {}
 
     def settle_oldest() -> None:
         nonlocal at_page
         at_page, page_plan, writing = in_flight.popleft()
-        _count_written(report, page_plan, writing.result())
+        written = writing.result()
+        _count_written(report, page_plan, written)
+        marks_wanted.update(written.deferred)
 
     try:
         with (_collector_off(),
@@ -217,6 +220,8 @@ def dispatch(
                 at_page = report.pages + 1
             while in_flight:
                 settle_oldest()
+        if marks_wanted:
+            report.marks_deferred = move_deferred_marks(engine, frequency, marks_wanted)
     except (OperationalError, pg_errors.OperationalError) as error:  # through SQLAlchemy, or a raw cursor
         raise DatabaseWentAway(
             f"{frequency} dispatch lost the database during page {at_page} "

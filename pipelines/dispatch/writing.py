@@ -46,6 +46,9 @@ IDENTITY = "task_dispatch_identity"
 # A tenant's ordinary write holds a duty row for milliseconds; one that holds it longer
 # costs the page a second write, never the run a wait.
 FAST_PATH_LOCK_WAIT = "100ms"
+# How long a run goes on trying to move the marks another run's pages kept back, while
+# pages keep being written (move_deferred_marks).
+MARKS_WAIT = 30.0
 
 
 def _retrying_deadlocks(work: Callable[[], T]) -> tuple[T, int]:
@@ -96,11 +99,11 @@ class PageWritten:
     copied: bool = False
     written_again: bool = False
     # (duty, period) of the tasks not made because another transaction held the duty's row
-    # against new references (FOR UPDATE, an uncommitted DELETE). And duties whose marks
-    # stayed where they were because another transaction held their rows (an open UPDATE,
-    # FOR SHARE).
+    # against new references (FOR UPDATE, an uncommitted DELETE). And the marks that stayed
+    # where they were because another transaction held their rows (an open UPDATE, FOR
+    # SHARE, another run's page): per duty, the last_dispatched_period it would have taken.
     held: list[tuple[int, str]] = field(default_factory=list)
-    deferred: list[int] = field(default_factory=list)
+    deferred: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,7 @@ def _page_cursor(conn):
 def _offer(cursor, page: _Page, plan: Plan, lock_timeout: str) -> dict:
     """Begin a page's transaction: its settings, its partitions, and its plan copied into
     the temporary tables. Returns the bounds its statements take."""
+    cursor.execute(QUERIES["hold_page_lock"])
     cursor.execute(QUERIES["page_settings"], {"lock_timeout": lock_timeout})
     cursor.execute(QUERIES["ensure_partitions"], [page.keys])
     cursor.execute(QUERIES["create_offered_period"])
@@ -250,12 +254,53 @@ def _written_carefully(rows: list[tuple]) -> PageWritten:
         if waiting == "held":
             written.held.append((duty_id, key))
         elif waiting == "deferred":
-            written.deferred.append(duty_id)
+            written.deferred[duty_id] = key
         elif key is None:
             written.created[duty_id] = n
         else:
             written.created_by_period[key] = n
     return written
+
+
+def move_deferred_marks(engine: Engine, frequency: str, wanted: dict[int, str]) -> set[int]:
+    """Move the marks insert_careful deferred (`wanted`: per duty, the last_dispatched_period
+    it would have taken), once the run's own pages are written. Returns the duties a
+    transaction other than a run's page still holds, their marks still behind.
+
+    Another run's page that held such a duty's row moved its mark only to that page's own
+    newest task: a backfill's older month, say, while this run made the current one. Left
+    there, the mark would stay behind the duty's newest task for good (SPEC §2), since a
+    run that finds every offered task made writes nothing. A page holds its duties' rows
+    only for its own transaction, so this waits for it, retrying without waiting on any
+    row. A row still held while no page is being written (pages_paused: every page holds
+    dispatch_page_lock, which no tenant can take) is a tenant's: reported, and moved by
+    the first run that offers the duty a task after the tenant lets go. MARKS_WAIT bounds
+    the wait while other runs' pages keep coming."""
+    deadline, pause = time.monotonic() + MARKS_WAIT, 0.01
+    while True:
+        with engine.begin() as conn:
+            cursor = conn.connection.driver_connection.cursor()
+            alone = _pages_paused(cursor)
+            ids = sorted(wanted)
+            held = {duty_id for (duty_id,) in cursor.execute(QUERIES["move_deferred_marks"], {
+                "frequency": frequency, "duty_ids": ids, "keys": [wanted[d] for d in ids]}).fetchall()}
+        if not held or alone or time.monotonic() >= deadline:
+            return held
+        wanted = {duty_id: wanted[duty_id] for duty_id in held}
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
+def _pages_paused(cursor) -> bool:
+    """Whether no run's page is being written, in which case none begins until the
+    cursor's transaction ends; the transaction goes on either way."""
+    cursor.execute("SAVEPOINT pages_paused")
+    try:
+        cursor.execute(QUERIES["pages_paused"])
+    except pg_errors.LockNotAvailable:
+        cursor.execute("ROLLBACK TO SAVEPOINT pages_paused")
+        return False
+    return True
 
 
 def _all_offered_exist(engine: Engine, page_plan: Plan, keys: list[str]) -> bool:

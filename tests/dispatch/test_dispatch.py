@@ -30,7 +30,7 @@ from rota.pipelines.periods.calendar import (
     periods_between,
 )
 from rota.resources.database.schema import MAX_LEAD_DAYS, duty, task
-from rota.resources.database.server import driver_url
+from rota.resources.database.server import driver_url, libpq_url
 from tests.helpers import (
     gaps_after,
     add_duty,
@@ -42,6 +42,7 @@ from tests.helpers import (
     last_dispatched,
     race_processes,
     record_outcome,
+    run_while_held,
     task_keys,
     wait_until_blocked_by,
 )
@@ -174,6 +175,56 @@ def test_last_dispatched_period_is_always_the_newest_task(engine):
             "SELECT d.id FROM duty d JOIN task t ON t.duty_id = d.id GROUP BY d.id "
             "HAVING d.last_dispatched_period IS DISTINCT FROM max(t.period_key)")).all()
     assert wrong == []
+
+
+def test_marks_another_run_holds_move_once_it_lets_go(engine, monkeypatch):
+    """Two runs over the same duties at once, as the races test runs them: a backfill of an
+    older month whose page holds its duties' rows (its marks moved, its COPY not yet
+    committed), and the scheduled run of the current month, which does not wait on those
+    rows and writes its tasks around them (insert_careful, marks deferred). Once the
+    backfill commits, the older marks it wrote must not stay: every mark ends at its duty's
+    newest task (SPEC §2), and none is reported deferred, since no tenant held anything."""
+    ids = many_duties(engine, 40)
+    ensure_partitions(engine, ["2026-07", "2026-08", "2026-09", "2026-10"])
+    copy_tasks, holding = writing._copy_tasks, threading.Event()
+
+    def copy_slowly(cursor, page_plan, advanced):
+        if any(period[0] == "2026-07" for _, period in page_plan.tasks()):
+            holding.set()
+            time.sleep(1.5)
+        return copy_tasks(cursor, page_plan, advanced)
+
+    monkeypatch.setattr(writing, "_copy_tasks", copy_slowly)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        backfill = pool.submit(run, engine, "2026-08-20T12:00:00Z", months("2026-07", "2026-07"), mode=Mode.BACKFILL)
+        assert holding.wait(30)
+        scheduled = run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-09"))
+        assert backfill.result(timeout=30).total("created") == len(ids)
+    assert scheduled.pages_written_again == 1 and scheduled.total("created") >= len(ids)
+    assert scheduled.marks_deferred == set()
+    with engine.connect() as conn:
+        wrong = conn.execute(text(
+            "SELECT d.id, d.last_dispatched_period, max(t.period_key) FROM duty d JOIN task t ON t.duty_id = d.id "
+            "GROUP BY d.id HAVING d.last_dispatched_period IS DISTINCT FROM max(t.period_key)")).all()
+    assert wrong == []
+
+
+def test_a_page_that_never_lets_go_costs_the_run_marks_wait_at_most(database_url, engine, monkeypatch):
+    """The wait for another run's page is bounded: a transaction that holds a duty row and
+    dispatch_page_lock as a page does, and never ends, leaves that duty's mark deferred
+    and reported after MARKS_WAIT, its task made."""
+    ids = many_duties(engine, 40)
+    ensure_partitions(engine, ["2026-08", "2026-09", "2026-10"])
+    monkeypatch.setattr(writing, "MARKS_WAIT", 1.0)
+    page = psycopg.connect(libpq_url(database_url))
+    page.execute("LOCK TABLE dispatch_page_lock IN ROW SHARE MODE")
+    page.execute("SELECT 1 FROM duty WHERE id = %s FOR NO KEY UPDATE", (ids[5],))
+
+    report = run_while_held(page, lambda: run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-09")), 20)
+
+    assert report.marks_deferred == {ids[5]}
+    assert set(keys_by_duty(engine)) == set(ids)
+    assert last_dispatched(engine, ids[5]) is None
 
 
 def test_a_page_smaller_than_the_duties_still_covers_every_duty(engine):

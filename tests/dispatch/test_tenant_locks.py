@@ -183,6 +183,27 @@ def test_a_scheduled_run_through_dagster_names_the_held_duty_in_its_log_and_chec
     assert len(keys_by_duty(engine)) == DUTIES - 1
 
 
+@pytest.mark.parametrize("statement", [
+    "LOCK TABLE dispatch_page_lock IN ACCESS EXCLUSIVE MODE",
+    "LOCK TABLE dispatch_page_lock IN ACCESS SHARE MODE",
+    "SELECT * FROM dispatch_page_lock FOR UPDATE",
+    "SELECT * FROM dispatch_page_lock",
+])
+def test_no_tenant_can_take_the_lock_every_page_holds(database_url, engine, statement):
+    """A run tells another run's page from a tenant by dispatch_page_lock (writing.py's
+    move_deferred_marks). A tenant who could hold it would make every page wait, or pass
+    its own row locks off as a page's and hold a run back for MARKS_WAIT."""
+    session = tenant(database_url, WORKSPACES[0])
+    session.autocommit = False
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        session.execute(statement)
+    with engine.connect() as conn:
+        assert conn.execute(text(
+            "SELECT count(*) FROM pg_locks WHERE relation = 'dispatch_page_lock'::regclass")).scalar_one() == 0
+    session.rollback()
+    session.close()
+
+
 # A tenant's hold on duty or task whole, in a transaction left open: each takes a table
 # lock that the night's DDL (a new partition of task) must not queue behind, or every
 # reader would queue behind the DDL in turn.
