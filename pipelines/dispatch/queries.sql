@@ -394,8 +394,9 @@ SELECT set_config('enable_nestloop', 'off', true);
 COPY task (duty_id, workspace_id, period_key, period_start, due_date, visible_from) FROM STDIN (FORMAT BINARY);
 
 -- name: ensure_partitions
--- The page's partitions exist before its insert routes rows to them; the function takes
--- an advisory lock only when one is missing (the first night of a range, a backfill).
+-- The page's partitions exist before its insert routes rows to them; the function locks
+-- task only when one is missing (the first night of a range, a backfill), in the mode
+-- ATTACH PARTITION takes, which nothing a tenant may do conflicts with.
 SELECT rota_ensure_task_partitions(%s::text[]);
 
 -- name: missing_offered

@@ -341,6 +341,6 @@ def _copy_tasks(cursor, page_plan: Plan, advanced: int) -> PageWritten:
 def ensure_partitions(engine: Engine, keys: list[str]) -> None:
     """Make the task partitions these keys need, in a transaction of their own: a run
     makes those of its range and of the period after it before its first page, so pages
-    rarely wait on the advisory lock that serialises the making."""
+    rarely wait on the lock that serialises the making (task's SHARE UPDATE EXCLUSIVE)."""
     with engine.begin() as conn:
         conn.exec_driver_sql(QUERIES["ensure_partitions"], (sorted(set(keys)),))
