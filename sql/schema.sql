@@ -403,12 +403,17 @@ GRANT SELECT ON TABLE public.task TO rota_app;
 
 GRANT UPDATE (status, updated_at) ON TABLE public.task TO rota_app;
 
--- No rows: a lock. Every dispatch page holds it in ROW SHARE mode for its transaction, so
--- a run that takes it in EXCLUSIVE mode without waiting knows that no page holds a duty
--- row, and that a row still held is a tenant's (pipelines/dispatch/writing.py's
--- move_deferred_marks). No grants: no tenant can take it.
+-- A lock per frequency (migration 0025 writes the rows). Every dispatch page holds its
+-- frequency's row FOR KEY SHARE for its transaction, so a run that locks the row FOR
+-- UPDATE without waiting knows that no page of the frequency holds a duty row, and that
+-- a duty row still held is a tenant's (pipelines/dispatch/writing.py's
+-- move_deferred_marks). No grants: no tenant can lock it.
 
-CREATE TABLE public.dispatch_page_lock ();
+CREATE TABLE public.dispatch_page_lock (
+    frequency text NOT NULL,
+    CONSTRAINT dispatch_page_lock_frequency_valid CHECK ((frequency = ANY (ARRAY['daily'::text, 'weekly'::text, 'monthly'::text, 'quarterly'::text, 'yearly'::text]))),
+    CONSTRAINT dispatch_page_lock_pkey PRIMARY KEY (frequency)
+);
 
 -- ============================================================================
 -- Queue: jobs, events, runs and the sources' cursors

@@ -99,9 +99,10 @@ CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
 ) ON COMMIT DELETE ROWS;
 
 -- name: hold_page_lock
--- A page's first statement: no duty row is locked by a page that does not hold this
--- (move_deferred_marks). Only pages_paused conflicts with it, for a moment.
-LOCK TABLE dispatch_page_lock IN ROW SHARE MODE;
+-- A page's first statement: no duty row is locked by a page that does not hold its
+-- frequency's row of dispatch_page_lock (move_deferred_marks). Only pages_paused
+-- conflicts with it, for a moment.
+SELECT frequency FROM dispatch_page_lock WHERE frequency = %(frequency)s FOR KEY SHARE;
 
 -- name: page_settings
 -- A backfill page sorts hundreds of thousands of offered tasks into identity order, which
@@ -313,9 +314,9 @@ SELECT c.duty_id, c.last_dispatched_period, 0, 'deferred' FROM changing c
 WHERE NOT EXISTS (SELECT 1 FROM advanced a WHERE a.id = c.duty_id);
 
 -- name: pages_paused
--- Fails at once while any run's page is being written; once taken, no page begins until
--- this transaction ends (hold_page_lock).
-LOCK TABLE dispatch_page_lock IN EXCLUSIVE MODE NOWAIT;
+-- Fails at once while a page of the frequency is being written, by any run; once taken,
+-- no page of it begins until this transaction ends (hold_page_lock).
+SELECT frequency FROM dispatch_page_lock WHERE frequency = %(frequency)s FOR UPDATE NOWAIT;
 
 -- name: move_deferred_marks
 -- The last_dispatched_period marks insert_careful deferred, moved where the duty row is

@@ -228,7 +228,7 @@ def _page_cursor(conn):
 def _offer(cursor, page: _Page, plan: Plan, lock_timeout: str) -> dict:
     """Begin a page's transaction: its settings, its partitions, and its plan copied into
     the temporary tables. Returns the bounds its statements take."""
-    cursor.execute(QUERIES["hold_page_lock"])
+    _hold_page_lock(cursor, page.frequency)
     cursor.execute(QUERIES["page_settings"], {"lock_timeout": lock_timeout})
     cursor.execute(QUERIES["ensure_partitions"], [page.keys])
     cursor.execute(QUERIES["create_offered_period"])
@@ -272,15 +272,15 @@ def move_deferred_marks(engine: Engine, frequency: str, wanted: dict[int, str]) 
     there, the mark would stay behind the duty's newest task for good (SPEC §2), since a
     run that finds every offered task made writes nothing. A page holds its duties' rows
     only for its own transaction, so this waits for it, retrying without waiting on any
-    row. A row still held while no page is being written (pages_paused: every page holds
-    dispatch_page_lock, which no tenant can take) is a tenant's: reported, and moved by
-    the first run that offers the duty a task after the tenant lets go. MARKS_WAIT bounds
-    the wait while other runs' pages keep coming."""
+    row. A row still held while no page of the frequency is being written (pages_paused:
+    every page holds its frequency's row of dispatch_page_lock, which no tenant can lock)
+    is a tenant's: reported, and moved by the first run that offers the duty a task after
+    the tenant lets go. MARKS_WAIT bounds the wait while other runs' pages keep coming."""
     deadline, pause = time.monotonic() + MARKS_WAIT, 0.01
     while True:
         with engine.begin() as conn:
             cursor = conn.connection.driver_connection.cursor()
-            alone = _pages_paused(cursor)
+            alone = _pages_paused(cursor, frequency)
             ids = sorted(wanted)
             held = {duty_id for (duty_id,) in cursor.execute(QUERIES["move_deferred_marks"], {
                 "frequency": frequency, "duty_ids": ids, "keys": [wanted[d] for d in ids]}).fetchall()}
@@ -291,16 +291,27 @@ def move_deferred_marks(engine: Engine, frequency: str, wanted: dict[int, str]) 
         pause = min(pause * 2, 0.5)
 
 
-def _pages_paused(cursor) -> bool:
-    """Whether no run's page is being written, in which case none begins until the
-    cursor's transaction ends; the transaction goes on either way."""
+def _hold_page_lock(cursor, frequency: str) -> None:
+    if cursor.execute(QUERIES["hold_page_lock"], {"frequency": frequency}).fetchone() is None:
+        raise _missing_page_lock(frequency)
+
+
+def _pages_paused(cursor, frequency: str) -> bool:
+    """Whether no page of the frequency is being written, by any run, in which case none
+    begins until the cursor's transaction ends; the transaction goes on either way."""
     cursor.execute("SAVEPOINT pages_paused")
     try:
-        cursor.execute(QUERIES["pages_paused"])
+        if cursor.execute(QUERIES["pages_paused"], {"frequency": frequency}).fetchone() is None:
+            raise _missing_page_lock(frequency)
     except pg_errors.LockNotAvailable:
         cursor.execute("ROLLBACK TO SAVEPOINT pages_paused")
         return False
     return True
+
+
+def _missing_page_lock(frequency: str) -> RuntimeError:
+    return RuntimeError(f"dispatch_page_lock has no row for {frequency!r}, which every page of it locks: "
+                        "the database is not at rota's newest migration (run `rota migrate`)")
 
 
 def _all_offered_exist(engine: Engine, page_plan: Plan, keys: list[str]) -> bool:

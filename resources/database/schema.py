@@ -229,8 +229,13 @@ job_queue = _table_keyed_by_id(
     Index("job_queue_unscheduled_idx", "job_id", "scheduled_for", postgresql_where=text("unscheduled_at IS NOT NULL")),
 )
 
-# No rows: a lock every dispatch page holds (sql/schema.sql says how it is used).
-dispatch_page_lock = Table("dispatch_page_lock", metadata)
+# A lock per frequency, which every dispatch page holds (sql/schema.sql says how).
+dispatch_page_lock = Table(
+    "dispatch_page_lock",
+    metadata,
+    Column("frequency", Text, primary_key=True),
+    CheckConstraint(_one_of("frequency", FREQUENCIES), name="frequency_valid"),
+)
 
 # Where a Source's poll of one scope (a GitHub repository) got to, written in the same
 # transaction as the runs that poll produced.

@@ -4,9 +4,10 @@ A dispatch page that finds a duty row held writes its tasks and leaves the duty'
 (last_dispatched_period) where it is; the run moves it once its pages are written. The
 holder may be another run's page, which lets go within its transaction, or a tenant,
 which may hold on all night: the run waits for the first and reports the second. Every
-page now holds this table in ROW SHARE mode for its transaction; a run that takes it in
-EXCLUSIVE mode without waiting knows no page holds a duty row. It has no rows and no
-grants, so no tenant can lock it, as any role can take any advisory lock.
+page now holds its frequency's row of this table FOR KEY SHARE for its transaction; a
+run that locks the row FOR UPDATE without waiting knows no page of that frequency holds
+a duty row. Pages of other frequencies hold other duties and do not keep it waiting.
+It has no grants, so no tenant can lock it, as any role can take any advisory lock.
 
 Revision ID: 0025
 Revises: 0024
@@ -21,8 +22,17 @@ branch_labels = None
 depends_on = None
 
 
+FREQUENCIES = ("daily", "weekly", "monthly", "quarterly", "yearly")
+
+
 def upgrade() -> None:
-    op.execute("CREATE TABLE public.dispatch_page_lock ()")
+    op.execute(f"""
+        CREATE TABLE public.dispatch_page_lock (
+            frequency text NOT NULL,
+            CONSTRAINT dispatch_page_lock_pkey PRIMARY KEY (frequency),
+            CONSTRAINT dispatch_page_lock_frequency_valid CHECK (frequency IN {FREQUENCIES})
+        )""")
+    op.execute(f"INSERT INTO public.dispatch_page_lock (frequency) VALUES {', '.join(f'({f!r})' for f in FREQUENCIES)}")
 
 
 def downgrade() -> None:

@@ -217,7 +217,7 @@ def test_a_page_that_never_lets_go_costs_the_run_marks_wait_at_most(database_url
     ensure_partitions(engine, ["2026-08", "2026-09", "2026-10"])
     monkeypatch.setattr(writing, "MARKS_WAIT", 1.0)
     page = psycopg.connect(libpq_url(database_url))
-    page.execute("LOCK TABLE dispatch_page_lock IN ROW SHARE MODE")
+    page.execute("SELECT 1 FROM dispatch_page_lock WHERE frequency = 'monthly' FOR KEY SHARE")
     page.execute("SELECT 1 FROM duty WHERE id = %s FOR NO KEY UPDATE", (ids[5],))
 
     report = run_while_held(page, lambda: run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-09")), 20)
@@ -225,6 +225,15 @@ def test_a_page_that_never_lets_go_costs_the_run_marks_wait_at_most(database_url
     assert report.marks_deferred == {ids[5]}
     assert set(keys_by_duty(engine)) == set(ids)
     assert last_dispatched(engine, ids[5]) is None
+
+
+def test_a_page_lock_gone_fails_the_run_naming_it(engine):
+    many_duties(engine, 5)
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM dispatch_page_lock WHERE frequency = 'monthly'"))
+    with pytest.raises(RuntimeError, match="dispatch_page_lock has no row for 'monthly'.*rota migrate"):
+        run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-08"))
+    assert keys_by_duty(engine) == {}
 
 
 def test_a_page_smaller_than_the_duties_still_covers_every_duty(engine):

@@ -19,12 +19,14 @@ from sqlalchemy import text
 from dagster import AssetCheckSeverity, DagsterInstance, materialize
 
 from rota.pipelines.definitions import defs
+from rota.pipelines.dispatch import writing
 from rota.pipelines.dispatch.assets import COMPLETENESS_CHECK, MODE_TAG
 from rota.pipelines.dispatch.completeness import find_gaps
 from rota.pipelines.dispatch.planner import Mode, Plan
 from rota.pipelines.dispatch.run import dispatch
 from rota.pipelines.periods.calendar import open_range, parse_instant, periods_between
 from rota.pipelines.periods.partitions import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
+from rota.resources.database.server import libpq_url
 from tests.helpers import duty_values, insert_duties, keys_by_duty, last_dispatched, run_while_held, tenant
 
 AS_OF = parse_instant("2026-12-02T12:00:00Z")
@@ -184,10 +186,11 @@ def test_a_scheduled_run_through_dagster_names_the_held_duty_in_its_log_and_chec
 
 
 @pytest.mark.parametrize("statement", [
+    "SELECT * FROM dispatch_page_lock WHERE frequency = 'daily' FOR UPDATE",
+    "SELECT * FROM dispatch_page_lock FOR KEY SHARE",
+    "SELECT * FROM dispatch_page_lock",
     "LOCK TABLE dispatch_page_lock IN ACCESS EXCLUSIVE MODE",
     "LOCK TABLE dispatch_page_lock IN ACCESS SHARE MODE",
-    "SELECT * FROM dispatch_page_lock FOR UPDATE",
-    "SELECT * FROM dispatch_page_lock",
 ])
 def test_no_tenant_can_take_the_lock_every_page_holds(database_url, engine, statement):
     """A run tells another run's page from a tenant by dispatch_page_lock (writing.py's
@@ -197,11 +200,31 @@ def test_no_tenant_can_take_the_lock_every_page_holds(database_url, engine, stat
     session.autocommit = False
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         session.execute(statement)
-    with engine.connect() as conn:
-        assert conn.execute(text(
-            "SELECT count(*) FROM pg_locks WHERE relation = 'dispatch_page_lock'::regclass")).scalar_one() == 0
+    # The tenant's transaction is still open: it holds nothing of the table or its rows.
+    with engine.begin() as conn:
+        conn.execute(text("SET LOCAL lock_timeout = '1s'"))
+        assert conn.execute(text("SELECT count(*) FROM (SELECT 1 FROM dispatch_page_lock FOR UPDATE) l")).scalar_one() == 5
+        conn.execute(text("LOCK TABLE dispatch_page_lock IN ACCESS EXCLUSIVE MODE"))
     session.rollback()
     session.close()
+
+
+def test_a_page_of_another_frequency_keeps_no_run_waiting_on_a_tenants_marks(database_url, engine, monkeypatch):
+    """The five frequencies' runs start on the same tick. A daily duty's mark a tenant
+    holds back is reported once no daily page is being written, whatever the monthly
+    run's pages are doing: they hold monthly duties only."""
+    monkeypatch.setattr(writing, "MARKS_WAIT", 3600.0)
+    duty_ids = _duties(engine)
+    locked = duty_ids[10]
+    monthly_page = psycopg.connect(libpq_url(database_url))
+    monthly_page.execute("SELECT 1 FROM dispatch_page_lock WHERE frequency = 'monthly' FOR KEY SHARE")
+    session = _hold(database_url, WORKSPACES[10 % len(WORKSPACES)], HOLDS["update title"][0], locked)
+    try:
+        report = dispatch_while_held(engine, session)
+    finally:
+        monthly_page.close()
+    assert report.marks_deferred == {locked}
+    assert len(keys_by_duty(engine)) == DUTIES
 
 
 # A tenant's hold on duty or task whole, in a transaction left open: each takes a table
