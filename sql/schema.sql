@@ -262,12 +262,13 @@ BEGIN
         -- A partition is a relation attached to task, whatever else carries its name.
         -- Asked again after the lock, from the catalog itself with this statement's
         -- snapshot: a partition another writer committed while this one waited is seen.
-        -- The lock is the one ATTACH takes, taken first: makers wait for each other, and
-        -- for nothing a tenant may hold.
         CONTINUE WHEN EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                               WHERE i.inhparent = 'public.task'::regclass AND c.relname = wanted.name
                                 AND c.relnamespace = 'public'::regnamespace);
-        LOCK TABLE public.task IN SHARE UPDATE EXCLUSIVE MODE;
+        -- The lock ATTACH takes on task alone (ONLY: not on its partitions, which
+        -- autovacuum works on), taken first: makers wait for each other, and for nothing
+        -- a tenant may hold.
+        LOCK TABLE ONLY public.task IN SHARE UPDATE EXCLUSIVE MODE;
         CONTINUE WHEN EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                               WHERE i.inhparent = 'public.task'::regclass AND c.relname = wanted.name
                                 AND c.relnamespace = 'public'::regnamespace);

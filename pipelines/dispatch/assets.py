@@ -29,6 +29,7 @@ from dagster import (
 from rota.pipelines.dispatch.completeness import FRESHNESS_CHECK, Gaps, find_gaps, stale_periods
 from rota.pipelines.dispatch.planner import Mode
 from rota.pipelines.dispatch.run import DispatchReport, dispatch, scheduled_reach
+from rota.pipelines.dispatch.writing import MARKS_WAIT
 from rota.pipelines.periods.as_of import AsOfConfig, run_instant
 from rota.pipelines.periods.calendar import following, open_range, period_from_partition_key, periods_between
 from rota.pipelines.periods.partitions import SINGLE_RUN, TASK_PARTITIONS, task_asset_name
@@ -196,7 +197,8 @@ def _log_report(context: AssetExecutionContext, report: DispatchReport, gaps: Ga
     if report.marks_deferred:
         context.log.info(
             "duties whose tasks were made but whose dispatch marks another transaction's lock kept back (an open "
-            "UPDATE, FOR SHARE): %d; a later run moves them: duty ids %s",
+            "UPDATE or FOR SHARE, or another run's page still writing after %d s): %d; a later run moves them: "
+            "duty ids %s", MARKS_WAIT,
             len(report.marks_deferred), _ids(report.marks_deferred))
     context.log.info(
         "%s %s as of %s over %s..%s: %d duties read (a scheduled run skips those earlier runs left "

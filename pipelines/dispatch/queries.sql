@@ -101,7 +101,7 @@ CREATE TEMPORARY TABLE IF NOT EXISTS offered_duty (
 -- name: hold_page_lock
 -- A page's first statement: no duty row is locked by a page that does not hold its
 -- frequency's row of dispatch_page_lock (move_deferred_marks). Only pages_paused
--- conflicts with it, for a moment.
+-- conflicts with it, and that transaction waits on no duty row.
 SELECT frequency FROM dispatch_page_lock WHERE frequency = %(frequency)s FOR KEY SHARE;
 
 -- name: page_settings
@@ -321,7 +321,8 @@ SELECT frequency FROM dispatch_page_lock WHERE frequency = %(frequency)s FOR UPD
 -- name: move_deferred_marks
 -- The last_dispatched_period marks insert_careful deferred, moved where the duty row is
 -- free now, and only forward, to a task that still exists. Returns the duties whose rows
--- are still held and whose marks are still behind.
+-- are still held: insert_careful deferred their spans too (complete_from..through), which
+-- only a later run can prove again.
 WITH wanted AS (
     SELECT w.duty_id, w.period_key
     FROM unnest(%(duty_ids)s::bigint[], %(keys)s::text[]) AS w (duty_id, period_key)
@@ -341,8 +342,7 @@ advanced AS (
 )
 SELECT w.duty_id FROM wanted w
 JOIN duty d ON d.id = w.duty_id AND d.frequency = %(frequency)s
-WHERE NOT EXISTS (SELECT 1 FROM movable m WHERE m.id = w.duty_id)
-  AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < w.period_key);
+WHERE NOT EXISTS (SELECT 1 FROM movable m WHERE m.id = w.duty_id);
 
 -- name: advance_new
 -- The bulk path, for a page whose every task lies after its duty's last_dispatched_period

@@ -47,8 +47,9 @@ IDENTITY = "task_dispatch_identity"
 # costs the page a second write, never the run a wait.
 FAST_PATH_LOCK_WAIT = "100ms"
 # How long a run goes on trying to move the marks another run's pages kept back, while
-# pages keep being written (move_deferred_marks).
-MARKS_WAIT = 30.0
+# pages of its frequency keep being written (move_deferred_marks): a backfill's page of a
+# year of daily tasks holds its duties for tens of seconds.
+MARKS_WAIT = 120.0
 
 
 def _retrying_deadlocks(work: Callable[[], T]) -> tuple[T, int]:
@@ -264,8 +265,8 @@ def _written_carefully(rows: list[tuple]) -> PageWritten:
 
 def move_deferred_marks(engine: Engine, frequency: str, wanted: dict[int, str]) -> set[int]:
     """Move the marks insert_careful deferred (`wanted`: per duty, the last_dispatched_period
-    it would have taken), once the run's own pages are written. Returns the duties a
-    transaction other than a run's page still holds, their marks still behind.
+    it would have taken), once the run's own pages are written. Returns the duties whose
+    rows are still held: by a tenant, or by another run's page past MARKS_WAIT.
 
     Another run's page that held such a duty's row moved its mark only to that page's own
     newest task: a backfill's older month, say, while this run made the current one. Left
@@ -298,13 +299,16 @@ def _hold_page_lock(cursor, frequency: str) -> None:
 
 def _pages_paused(cursor, frequency: str) -> bool:
     """Whether no page of the frequency is being written, by any run, in which case none
-    begins until the cursor's transaction ends; the transaction goes on either way."""
+    begins until the cursor's transaction ends. If one is, the transaction holds the page
+    lock as a page does, since it too locks duty rows: another run finding the pages
+    paused must not take those for a tenant's."""
     cursor.execute("SAVEPOINT pages_paused")
     try:
         if cursor.execute(QUERIES["pages_paused"], {"frequency": frequency}).fetchone() is None:
             raise _missing_page_lock(frequency)
     except pg_errors.LockNotAvailable:
         cursor.execute("ROLLBACK TO SAVEPOINT pages_paused")
+        _hold_page_lock(cursor, frequency)
         return False
     return True
 

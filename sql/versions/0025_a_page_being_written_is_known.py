@@ -7,7 +7,8 @@ which may hold on all night: the run waits for the first and reports the second.
 page now holds its frequency's row of this table FOR KEY SHARE for its transaction; a
 run that locks the row FOR UPDATE without waiting knows no page of that frequency holds
 a duty row. Pages of other frequencies hold other duties and do not keep it waiting.
-It has no grants, so no tenant can lock it, as any role can take any advisory lock.
+It has no grants, so no tenant can lock it, unlike an advisory lock, which any role can
+take.
 
 Revision ID: 0025
 Revises: 0024

@@ -3,9 +3,9 @@
 rota_ensure_task_partitions serialised its makers with an advisory lock, and any role
 can take any advisory lock: a tenant holding `pg_advisory_xact_lock(hashtext('rota task
 partitions'))` in a transaction left open made the first run of a new partition's range
-wait for as long as it liked. Makers now take task in SHARE UPDATE EXCLUSIVE mode, as
-ATTACH PARTITION does anyway: it conflicts with itself, and with nothing a tenant may
-take on task (reads, FOR UPDATE, an UPDATE of a task's status).
+wait for as long as it liked. Makers now take task alone (ONLY) in SHARE UPDATE EXCLUSIVE
+mode, as ATTACH PARTITION does anyway: it conflicts with itself, and with nothing a
+tenant may take on task (reads, FOR UPDATE, an UPDATE of a task's status).
 
 Revision ID: 0026
 Revises: 0025
@@ -40,8 +40,6 @@ BEGIN
         -- A partition is a relation attached to task, whatever else carries its name.
         -- Asked again after the lock, from the catalog itself with this statement's
         -- snapshot: a partition another writer committed while this one waited is seen.
-        -- The lock is the one ATTACH takes, taken first: makers wait for each other, and
-        -- for nothing a tenant may hold.
         CONTINUE WHEN EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                               WHERE i.inhparent = 'public.task'::regclass AND c.relname = wanted.name
                                 AND c.relnamespace = 'public'::regnamespace);
@@ -73,7 +71,10 @@ END
 $$
 """
 
-_ATTACHS_LOCK = "LOCK TABLE public.task IN SHARE UPDATE EXCLUSIVE MODE;"
+_ATTACHS_LOCK = """-- The lock ATTACH takes on task alone (ONLY: not on its partitions, which
+        -- autovacuum works on), taken first: makers wait for each other, and for nothing
+        -- a tenant may hold.
+        LOCK TABLE ONLY public.task IN SHARE UPDATE EXCLUSIVE MODE;"""
 _ADVISORY_LOCK = "PERFORM pg_advisory_xact_lock(hashtext('rota task partitions'));"
 
 

@@ -186,15 +186,22 @@ def test_marks_another_run_holds_move_once_it_lets_go(engine, monkeypatch):
     newest task (SPEC §2), and none is reported deferred, since no tenant held anything."""
     ids = many_duties(engine, 40)
     ensure_partitions(engine, ["2026-07", "2026-08", "2026-09", "2026-10"])
-    copy_tasks, holding = writing._copy_tasks, threading.Event()
+    copy_tasks, move_marks = writing._copy_tasks, dispatch_run.move_deferred_marks
+    holding, moving = threading.Event(), threading.Event()
 
-    def copy_slowly(cursor, page_plan, advanced):
+    def copy_when_the_other_run_moves_marks(cursor, page_plan, advanced):
         if any(period[0] == "2026-07" for _, period in page_plan.tasks()):
             holding.set()
-            time.sleep(1.5)
+            assert moving.wait(30)
+            time.sleep(0.5)  # the other run's first try meets this page's row locks
         return copy_tasks(cursor, page_plan, advanced)
 
-    monkeypatch.setattr(writing, "_copy_tasks", copy_slowly)
+    def moving_marks(*args):
+        moving.set()
+        return move_marks(*args)
+
+    monkeypatch.setattr(writing, "_copy_tasks", copy_when_the_other_run_moves_marks)
+    monkeypatch.setattr(dispatch_run, "move_deferred_marks", moving_marks)
     with ThreadPoolExecutor(max_workers=1) as pool:
         backfill = pool.submit(run, engine, "2026-08-20T12:00:00Z", months("2026-07", "2026-07"), mode=Mode.BACKFILL)
         assert holding.wait(30)
@@ -220,11 +227,27 @@ def test_a_page_that_never_lets_go_costs_the_run_marks_wait_at_most(database_url
     page.execute("SELECT 1 FROM dispatch_page_lock WHERE frequency = 'monthly' FOR KEY SHARE")
     page.execute("SELECT 1 FROM duty WHERE id = %s FOR NO KEY UPDATE", (ids[5],))
 
-    report = run_while_held(page, lambda: run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-09")), 20)
+    try:
+        report = run_while_held(page, lambda: run(engine, "2026-08-20T12:00:00Z", months("2026-08", "2026-09")), 20)
+    finally:
+        page.close()
 
     assert report.marks_deferred == {ids[5]}
     assert set(keys_by_duty(engine)) == set(ids)
     assert last_dispatched(engine, ids[5]) is None
+
+
+def test_a_run_moving_marks_while_pages_are_written_holds_the_page_lock_as_a_page(database_url, engine):
+    """A run that moves deferred marks while pages of its frequency are written locks
+    duty rows as a page does: another run, finding no page in flight, must not take
+    those rows for a tenant's."""
+    page = psycopg.connect(libpq_url(database_url))
+    page.execute("SELECT 1 FROM dispatch_page_lock WHERE frequency = 'monthly' FOR KEY SHARE")
+    with engine.begin() as mover, engine.begin() as other:
+        assert writing._pages_paused(mover.connection.driver_connection.cursor(), "monthly") is False
+        page.close()
+        assert writing._pages_paused(other.connection.driver_connection.cursor(), "monthly") is False
+        assert writing._pages_paused(other.connection.driver_connection.cursor(), "weekly") is True
 
 
 def test_a_page_lock_gone_fails_the_run_naming_it(engine):

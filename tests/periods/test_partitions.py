@@ -121,6 +121,19 @@ def test_writers_racing_to_make_one_partition_all_succeed(database_url, engine):
     assert errors == [] and len(_partitions(engine)) == 4
 
 
+def test_making_a_partition_waits_on_no_vacuum_of_another(engine):
+    """Makers lock task alone, as ATTACH does: a partition being vacuumed or analyzed
+    (SHARE UPDATE EXCLUSIVE on it, which an anti-wraparound vacuum holds to the end)
+    keeps no new partition waiting."""
+    ensure_partitions(engine, ["2026-11-24"])
+    with engine.connect() as vacuum:
+        vacuum.execute(text("LOCK TABLE task_2026_11_c IN SHARE UPDATE EXCLUSIVE MODE"))
+        with engine.begin() as conn:
+            conn.execute(text("SET LOCAL lock_timeout = '2s'"))
+            assert conn.execute(text("SELECT rota_ensure_task_partitions(ARRAY['2026-12-02'])")).scalar_one() == 1
+        vacuum.rollback()
+
+
 def test_a_tenant_can_neither_make_a_partition_nor_read_one_directly(database_url, engine, workspace):
     duty_id = add_duty(engine, workspace_id=workspace)
     run(engine, "2026-08-31T12:00:00Z", months("2026-08", "2026-08"))
