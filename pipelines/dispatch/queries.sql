@@ -338,7 +338,8 @@ advanced AS (
     FROM wanted w
     WHERE d.id = w.duty_id AND d.id IN (SELECT id FROM movable)
       AND (d.last_dispatched_period IS NULL OR d.last_dispatched_period < w.period_key)
-      AND EXISTS (SELECT 1 FROM task t WHERE t.duty_id = w.duty_id AND t.period_key = w.period_key)
+      AND EXISTS (SELECT 1 FROM task t WHERE t.duty_id = w.duty_id AND t.period_key = w.period_key
+                                         AND t.period_key = ANY(%(keys)s))
 )
 SELECT w.duty_id FROM wanted w
 JOIN duty d ON d.id = w.duty_id AND d.frequency = %(frequency)s
